@@ -1,0 +1,144 @@
+#include "graph/interpreter.h"
+
+#include <random>
+#include <unordered_map>
+
+namespace nnfuse {
+
+Interpreter::Interpreter(const Graph& g) : g_(g), order_(g.topo_order()) {
+  const OpRegistry& reg = OpRegistry::global();
+  for (NodeId id : order_) {
+    const Node& n = g.node(id);
+    reg.get(n, g.opset(n.domain));  // throws Unsupported naming the node
+  }
+}
+
+static void check_feed(const Graph& g, const std::string& name, const Tensor& t) {
+  const TensorType& want = g.type(name);
+  if (want.dtype != DType::Undefined && want.dtype != t.dtype())
+    fail(ErrorKind::Invalid, "input '" + name + "' expects " + dtype_name(want.dtype) + ", got " + dtype_name(t.dtype()));
+  if (!want.has_shape) return;
+  if (int64_t(want.dims.size()) != t.rank())
+    fail(ErrorKind::Invalid, "input '" + name + "' expects shape " + want.str() + " (rank " + std::to_string(want.dims.size()) +
+                                 "), got " + shape_str(t.shape()));
+  for (size_t i = 0; i < want.dims.size(); ++i)
+    if (want.dims[i].known() && want.dims[i].value != t.shape()[i])
+      fail(ErrorKind::Invalid, "input '" + name + "' expects shape " + want.str() + ", got " + shape_str(t.shape()) +
+                                   " (dimension " + std::to_string(i) + ")");
+}
+
+TensorMap Interpreter::run(const TensorMap& feeds, const std::vector<std::string>& outputs) const {
+  return run_scoped(feeds, nullptr, outputs);
+}
+
+TensorMap Interpreter::run_scoped(const TensorMap& feeds, const TensorMap* outer,
+                                  const std::vector<std::string>& outputs) const {
+  const Graph& g = g_;
+  std::unordered_map<std::string, Tensor> env;
+  for (auto& name : g.initializer_names()) env[name] = g.initializer(name);
+  for (auto& [name, t] : feeds) {
+    if (!g.is_input(name)) {
+      std::string known;
+      for (auto& i : g.inputs()) known += (known.empty() ? "" : ", ") + i;
+      fail(ErrorKind::Invalid, "'" + name + "' is not an input of the model (inputs: " + known + ")");
+    }
+    check_feed(g, name, t);
+    env[name] = t;
+  }
+  for (auto& name : g.inputs())
+    if (!feeds.count(name) && !g.is_initializer(name)) fail(ErrorKind::Invalid, "missing input '" + name + "' (" + g.type(name).str() + ")");
+
+  const std::vector<std::string>& want = outputs.empty() ? g.outputs() : outputs;
+  // Free each intermediate after its last use: full-size models would not fit otherwise.
+  std::unordered_map<std::string, size_t> last_use;
+  for (size_t k = 0; k < order_.size(); ++k)
+    for (auto& i : g.node(order_[k]).inputs)
+      if (!i.empty()) last_use[i] = k;
+  std::unordered_map<std::string, bool> keep;
+  for (auto& w : want) keep[w] = true;
+
+  auto lookup = [&](const std::string& name) -> const Tensor* {
+    auto it = env.find(name);
+    if (it != env.end()) return &it->second;
+    if (outer) {
+      auto jt = outer->find(name);
+      if (jt != outer->end()) return &jt->second;
+    }
+    return nullptr;
+  };
+
+  SubgraphRunner runner = [&](const Graph& body, const std::vector<Tensor>& ins) {
+    // The body sees this graph's live values and our own outer scope.
+    TensorMap scope = outer ? *outer : TensorMap{};
+    for (auto& [k, v] : env) scope[k] = v;
+    TensorMap body_feeds;
+    if (ins.size() > body.inputs().size()) fail(ErrorKind::Model, "subgraph '" + body.name + "' takes " + std::to_string(body.inputs().size()) + " inputs, given " + std::to_string(ins.size()));
+    for (size_t i = 0; i < ins.size(); ++i) body_feeds[body.inputs()[i]] = ins[i];
+    Interpreter sub(body);
+    TensorMap res = sub.run_scoped(body_feeds, &scope, body.outputs());
+    std::vector<Tensor> r;
+    for (auto& o : body.outputs()) r.push_back(res.at(o));
+    return r;
+  };
+
+  for (size_t k = 0; k < order_.size(); ++k) {
+    const Node& n = g.node(order_[k]);
+    std::vector<const Tensor*> ins;
+    ins.reserve(n.inputs.size());
+    for (auto& i : n.inputs) {
+      if (i.empty()) { ins.push_back(nullptr); continue; }
+      const Tensor* t = lookup(i);
+      if (!t) fail(ErrorKind::Model, "input '" + i + "' has no value when the node runs", {"", 0, 0, n.label(), n.op_type});
+      ins.push_back(t);
+    }
+    std::vector<Tensor> outs = run_node(n, g.opset(n.domain), ins, runner);
+    for (size_t j = 0; j < n.outputs.size() && j < outs.size(); ++j)
+      if (!n.outputs[j].empty()) env[n.outputs[j]] = std::move(outs[j]);
+    for (auto& i : n.inputs) {
+      if (i.empty() || keep.count(i) || g.is_initializer(i)) continue;
+      auto lu = last_use.find(i);
+      if (lu != last_use.end() && lu->second == k) env.erase(i);
+    }
+  }
+
+  TensorMap result;
+  for (auto& w : want) {
+    const Tensor* t = lookup(w);
+    if (!t) fail(ErrorKind::Invalid, "'" + w + "' is not a value of the model");
+    result[w] = *t;
+  }
+  return result;
+}
+
+TensorMap run_reference(const Graph& g, const TensorMap& feeds, const std::vector<std::string>& outputs) {
+  return Interpreter(g).run(feeds, outputs);
+}
+
+TensorMap random_feeds(const Graph& g, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  TensorMap feeds;
+  for (auto& name : g.inputs()) {
+    if (g.is_initializer(name)) continue;
+    const TensorType& t = g.type(name);
+    if (!t.is_static())
+      fail(ErrorKind::Invalid, "input '" + name + "' has shape " + t.str() + ": bind its dims with --shape " + name + "=...");
+    Tensor x(t.dtype, t.static_shape());
+    dispatch_dtype(t.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* p = static_cast<T*>(x.raw());
+      std::uniform_real_distribution<double> u(-1.0, 1.0);
+      std::uniform_int_distribution<int> ui(0, 9);
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        if constexpr (std::is_same_v<T, bool>) p[i] = ui(rng) & 1;
+        else if constexpr (std::is_same_v<T, Half>) p[i] = Half{float_to_half(float(u(rng)))};
+        else if constexpr (std::is_same_v<T, BFloat16>) p[i] = BFloat16{float_to_bf16(float(u(rng)))};
+        else if constexpr (std::is_floating_point_v<T>) p[i] = T(u(rng));
+        else p[i] = T(ui(rng));
+      }
+    });
+    feeds[name] = x;
+  }
+  return feeds;
+}
+
+}  // namespace nnfuse

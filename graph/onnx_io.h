@@ -1,0 +1,29 @@
+#pragma once
+// ONNX import and export (protobuf). Import accepts IR versions 3-10 and opsets 7-21: initializers
+// also listed as inputs, Constant nodes, symbolic dims, external-data weights, If/Loop/Scan
+// bodies. Export writes a model that passes onnx.checker and that ONNX Runtime can run.
+#include <map>
+#include <string>
+
+#include "graph/graph.h"
+
+namespace nnfuse {
+
+struct ImportOptions {
+  std::map<std::string, Shape> input_shapes;  // --shape bindings
+  bool infer_shapes = true;
+  bool validate = true;
+};
+
+// Loads a model file. Errors (I/O, bad protobuf, unsupported op/opset, dangling edges, cycles)
+// name the file and, where there is one, the node and op.
+Model load_model(const std::string& path, const ImportOptions& opt = {});
+// Loads from serialized bytes; `base_dir` resolves external-data files.
+Model load_model_bytes(const std::string& bytes, const ImportOptions& opt = {}, const std::string& base_dir = "",
+                       const std::string& label = "<bytes>");
+
+// Serializes to ONNX (weights embedded; models over 2 GiB are written with external data).
+std::string save_model_bytes(const Model& m);
+void save_model(const Model& m, const std::string& path);
+
+}  // namespace nnfuse

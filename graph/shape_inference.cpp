@@ -1,0 +1,200 @@
+#include "graph/shape_inference.h"
+
+#include <sstream>
+#include <unordered_map>
+
+#include "graph/op_registry.h"
+
+namespace nnfuse {
+
+namespace {
+
+// Ops whose value must not be folded at inference time (random, or with subgraphs).
+bool never_fold(const Node& n) {
+  static const char* ops[] = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                              "Bernoulli", "If", "Loop", "Scan", "Dropout"};
+  for (auto* o : ops)
+    if (n.op_type == o) return true;
+  return !n.domain.empty();
+}
+
+std::optional<std::vector<Dim>> dims_from_tensor(const Tensor& t) {
+  if (t.rank() > 1 || !dtype_is_integer(t.dtype()) || t.numel() > 64) return std::nullopt;
+  std::vector<Dim> d;
+  for (int64_t i = 0; i < t.numel(); ++i) d.emplace_back(t.as_int(i));
+  return d;
+}
+
+// Merges an inferred type into a declared one: inferred facts win, declared facts fill gaps.
+TensorType merge(const TensorType& declared, const TensorType& inferred, const Node& n, const std::string& name,
+                 bool strict) {
+  TensorType r = inferred;
+  if (r.dtype == DType::Undefined) r.dtype = declared.dtype;
+  if (!r.has_shape && declared.has_shape) return TensorType(r.dtype, declared.dims);
+  if (r.has_shape && declared.has_shape && declared.dims.size() == r.dims.size()) {
+    for (size_t i = 0; i < r.dims.size(); ++i) {
+      const Dim& d = declared.dims[i];
+      if (!r.dims[i].known() && d.known()) r.dims[i] = d;
+      else if (!r.dims[i].known() && r.dims[i].symbol.empty()) r.dims[i] = d;
+      else if (strict && r.dims[i].known() && d.known() && r.dims[i].value != d.value)
+        fail(ErrorKind::Shape, "output '" + name + "' is declared " + declared.str() + " but inferred " + inferred.str(),
+             {"", 0, 0, n.label(), n.op_type});
+    }
+  } else if (strict && r.has_shape && declared.has_shape) {
+    fail(ErrorKind::Shape, "output '" + name + "' is declared " + declared.str() + " but inferred " + inferred.str(),
+         {"", 0, 0, n.label(), n.op_type});
+  }
+  return r;
+}
+
+}  // namespace
+
+void infer_shapes(Graph& g, const InferOptions& opt) {
+  const OpRegistry& reg = OpRegistry::global();
+  std::unordered_map<std::string, Tensor> known;  // values learned by folding
+  std::unordered_map<std::string, std::vector<Dim>> dimvals;
+  for (NodeId id : g.topo_order()) {
+    const Node& n = g.node(id);
+    int64_t opset = g.opset(n.domain);
+    const OpSchema& s = reg.get(n, opset);
+    int present = int(n.inputs.size());
+    if (present < s.min_inputs || (s.max_inputs >= 0 && present > s.max_inputs))
+      fail(ErrorKind::Model, "has " + std::to_string(present) + " inputs; " + n.op_type + " takes " + std::to_string(s.min_inputs) +
+                                 (s.max_inputs < 0 ? " or more" : s.max_inputs == s.min_inputs ? "" : " to " + std::to_string(s.max_inputs)),
+           {"", 0, 0, n.label(), n.op_type, int(opset)});
+    if (int(n.outputs.size()) < s.min_outputs || (s.max_outputs >= 0 && int(n.outputs.size()) > s.max_outputs))
+      fail(ErrorKind::Model, "has " + std::to_string(n.outputs.size()) + " outputs; " + n.op_type + " gives " +
+                                 std::to_string(s.min_outputs) + (s.max_outputs < 0 ? " or more" : " to " + std::to_string(s.max_outputs)),
+           {"", 0, 0, n.label(), n.op_type, int(opset)});
+    // Bodies first: they need the types of the outer values they read.
+    for (auto& [k, a] : n.attrs.all()) {
+      std::vector<std::shared_ptr<Graph>> bodies;
+      if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g);
+      if (a.kind == Attribute::Kind::Graphs) bodies = a.graphs;
+      for (auto& body : bodies) {
+        for (auto& r : body->outer_references())
+          if (g.has_value(r)) body->set_type(r, g.type(r));
+        if (body->opset_imports.empty()) body->opset_imports = g.opset_imports;
+        infer_shapes(*body, opt);
+      }
+    }
+    InferContext ctx{n, opset, {}, {}, {}};
+    bool all_const = true;
+    int64_t const_elems = 0;
+    for (auto& in : n.inputs) {
+      if (in.empty()) {
+        ctx.inputs.emplace_back();
+        ctx.values.push_back(nullptr);
+        ctx.dim_values.emplace_back();
+        continue;
+      }
+      ctx.inputs.push_back(g.type(in));
+      const Tensor* v = g.constant_value(in);
+      if (!v) {
+        auto it = known.find(in);
+        if (it != known.end()) v = &it->second;
+      }
+      ctx.values.push_back(v);
+      if (!v) all_const = false;
+      else const_elems += v->numel();
+      auto dv = dimvals.find(in);
+      if (dv != dimvals.end()) ctx.dim_values.emplace_back(dv->second);
+      else if (v) ctx.dim_values.push_back(dims_from_tensor(*v));
+      else ctx.dim_values.emplace_back();
+    }
+    InferResult res = s.infer(ctx);
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const std::string& o = n.outputs[k];
+      if (o.empty() || k >= res.outputs.size()) continue;
+      g.set_type(o, merge(g.type(o), res.outputs[k], n, o, opt.strict));
+      if (k < res.dim_values.size() && res.dim_values[k]) {
+        dimvals[o] = *res.dim_values[k];
+        bool all_known = true;
+        for (auto& d : *res.dim_values[k]) all_known &= d.known();
+        if (all_known && !known.count(o)) {
+          std::vector<int64_t> v;
+          for (auto& d : *res.dim_values[k]) v.push_back(d.value);
+          known[o] = Tensor::from_vector<int64_t>({int64_t(v.size())}, v);
+        }
+      }
+    }
+    // Fold small all-constant nodes so that shape-like inputs downstream have data.
+    if (opt.max_fold_elements > 0 && all_const && const_elems <= opt.max_fold_elements && !never_fold(n) &&
+        n.op_type != "Constant") {
+      try {
+        auto outs = run_node(n, opset, ctx.values);
+        for (size_t k = 0; k < n.outputs.size() && k < outs.size(); ++k) {
+          if (n.outputs[k].empty()) continue;
+          g.set_type(n.outputs[k], merge(g.type(n.outputs[k]), TensorType::of(outs[k].dtype(), outs[k].shape()), n, n.outputs[k], opt.strict));
+          if (outs[k].numel() <= opt.max_fold_elements) known[n.outputs[k]] = outs[k];
+        }
+      } catch (const Error&) {
+        // Folding is an optimisation of inference; a kernel that cannot run here (e.g. an
+        // unsupported dtype) leaves the types as inferred.
+      }
+    }
+  }
+}
+
+void bind_input_shapes(Graph& g, const std::map<std::string, Shape>& shapes) {
+  std::map<std::string, int64_t> symbols;
+  for (auto& [name, shape] : shapes) {
+    if (!g.is_input(name)) {
+      std::string known;
+      for (auto& i : g.inputs()) known += (known.empty() ? "" : ", ") + i;
+      fail(ErrorKind::Invalid, "--shape names '" + name + "', which is not a model input (inputs: " + known + ")");
+    }
+    const TensorType& t = g.type(name);
+    if (t.has_shape && t.dims.size() != shape.size())
+      fail(ErrorKind::Invalid, "--shape " + name + "=" + shape_str(shape) + " has rank " + std::to_string(shape.size()) +
+                                   " but the input is " + t.str());
+    if (t.has_shape)
+      for (size_t i = 0; i < shape.size(); ++i) {
+        const Dim& d = t.dims[i];
+        if (d.known() && d.value != shape[i])
+          fail(ErrorKind::Invalid, "--shape " + name + "=" + shape_str(shape) + " conflicts with the model's " + t.str() +
+                                       " at dimension " + std::to_string(i));
+        if (!d.known() && !d.symbol.empty()) {
+          auto [it, ins] = symbols.emplace(d.symbol, shape[i]);
+          if (!ins && it->second != shape[i])
+            fail(ErrorKind::Invalid, "dimension '" + d.symbol + "' is bound to both " + std::to_string(it->second) + " and " + std::to_string(shape[i]));
+        }
+      }
+    g.set_type(name, TensorType::of(t.dtype, shape));
+  }
+  // Symbols bound through one input apply to every value that uses them.
+  for (auto& vname : g.value_names()) {
+    TensorType t = g.type(vname);
+    bool changed = false;
+    for (auto& d : t.dims)
+      if (!d.known() && symbols.count(d.symbol)) { d.value = symbols[d.symbol]; changed = true; }
+    if (changed) g.set_type(vname, t);
+  }
+  // Everything below the inputs is re-derived from the bound shapes.
+  for (auto& vname : g.value_names())
+    if (g.producer(vname) && !g.is_output(vname)) g.set_type(vname, TensorType::unknown_shape(g.type(vname).dtype));
+  infer_shapes(g);
+}
+
+std::pair<std::string, Shape> parse_shape_binding(const std::string& s) {
+  auto eq = s.find('=');
+  if (eq == std::string::npos || eq == 0)
+    fail(ErrorKind::Invalid, "--shape '" + s + "': expected NAME=D1,D2,... (for example input=1,3,224,224)");
+  std::string name = s.substr(0, eq);
+  Shape shape;
+  std::stringstream ss(s.substr(eq + 1));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      long long v = std::stoll(item, &used);
+      if (used != item.size() || v < 0) throw std::invalid_argument("");
+      shape.push_back(v);
+    } catch (const std::exception&) {
+      fail(ErrorKind::Invalid, "--shape '" + s + "': '" + item + "' is not a non-negative integer");
+    }
+  }
+  return {name, shape};
+}
+
+}  // namespace nnfuse

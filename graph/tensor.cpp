@@ -1,0 +1,143 @@
+#include "graph/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+namespace nnfuse {
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+std::vector<int64_t> shape_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int64_t i = int64_t(s.size()) - 2; i >= 0; --i) st[size_t(i)] = st[size_t(i + 1)] * s[size_t(i + 1)];
+  return st;
+}
+
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+  for (auto d : shape_)
+    if (d < 0) fail(ErrorKind::Shape, "tensor shape " + shape_str(shape_) + " has a negative dimension");
+  size_t es = dtype_size(dtype);
+  if (es == 0) fail(ErrorKind::Unsupported, std::string("tensors of dtype ") + dtype_name(dtype) + " are not supported");
+  size_t bytes = size_t(numel()) * es;
+  size_t alloc = (bytes + 63) / 64 * 64;
+  if (alloc == 0) alloc = 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (!p) fail(ErrorKind::Runtime, "out of memory allocating " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, alloc);
+  owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  data_ = p;
+}
+
+Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.data_ = data;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+void Tensor::check(DType want) const {
+  if (want != dtype_)
+    fail(ErrorKind::Invalid, std::string("tensor holds ") + dtype_name(dtype_) + ", accessed as " + dtype_name(want));
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  if (shape_numel(shape) != numel())
+    fail(ErrorKind::Shape, "cannot reshape " + shape_str(shape_) + " to " + shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(dtype_, shape_);
+  if (nbytes()) std::memcpy(t.data_, data_, nbytes());
+  return t;
+}
+
+namespace {
+template <class T> double to_d(T v) { return double(v); }
+template <> double to_d(Half v) { return half_to_float(v.bits); }
+template <> double to_d(BFloat16 v) { return bf16_to_float(v.bits); }
+template <class T> T from_d(double v) { return T(v); }
+template <> bool from_d(double v) { return v != 0; }
+template <> Half from_d(double v) { return Half{float_to_half(float(v))}; }
+template <> BFloat16 from_d(double v) { return BFloat16{float_to_bf16(float(v))}; }
+}  // namespace
+
+double Tensor::as_double(int64_t i) const {
+  if (i < 0 || i >= numel()) fail(ErrorKind::Invalid, "element " + std::to_string(i) + " out of range for " + shape_str(shape_));
+  return dispatch_dtype(dtype_, [&](auto tag) -> double {
+    using T = decltype(tag);
+    return to_d(static_cast<const T*>(data_)[i]);
+  });
+}
+
+int64_t Tensor::as_int(int64_t i) const {
+  if (dtype_ == DType::Int64) {
+    if (i < 0 || i >= numel()) fail(ErrorKind::Invalid, "element out of range");
+    return static_cast<const int64_t*>(data_)[i];
+  }
+  return int64_t(as_double(i));
+}
+
+std::vector<int64_t> Tensor::to_int_vector() const {
+  std::vector<int64_t> r(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) r[size_t(i)] = as_int(i);
+  return r;
+}
+
+std::vector<float> Tensor::to_float_vector() const {
+  std::vector<float> r(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) r[size_t(i)] = float(as_double(i));
+  return r;
+}
+
+Tensor Tensor::cast(DType to) const {
+  if (to == dtype_) return clone();
+  Tensor out(to, shape_);
+  int64_t n = numel();
+  dispatch_dtype(dtype_, [&](auto src_tag) {
+    using S = decltype(src_tag);
+    const S* s = static_cast<const S*>(data_);
+    dispatch_dtype(to, [&](auto dst_tag) {
+      using D = decltype(dst_tag);
+      D* d = static_cast<D*>(out.raw());
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_same_v<S, D>) {
+          d[i] = s[i];
+        } else if constexpr (std::is_arithmetic_v<S> && std::is_arithmetic_v<D>) {
+          if constexpr (std::is_same_v<D, bool>) d[i] = s[i] != S(0);
+          else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
+            // NaN and out-of-range values are undefined in C++; saturate them deterministically.
+            double v = double(s[i]);
+            d[i] = v != v ? D(0) : (v >= double(std::numeric_limits<D>::max()) ? std::numeric_limits<D>::max()
+                                     : v <= double(std::numeric_limits<D>::lowest()) ? std::numeric_limits<D>::lowest() : D(v));
+          } else d[i] = D(s[i]);
+        } else {
+          d[i] = from_d<D>(to_d(s[i]));
+        }
+      }
+    });
+  });
+  return out;
+}
+
+bool Tensor::equals(const Tensor& o) const {
+  return dtype_ == o.dtype_ && shape_ == o.shape_ && (nbytes() == 0 || std::memcmp(data_, o.data_, nbytes()) == 0);
+}
+
+}  // namespace nnfuse

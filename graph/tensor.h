@@ -1,0 +1,87 @@
+#pragma once
+// Dense tensor data. Copies share the buffer (weights are never duplicated when a graph is copied
+// or rewritten); clone() makes an independent copy. Buffers are 64-byte aligned for SIMD kernels.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/dtype.h"
+
+namespace nnfuse {
+
+using Shape = std::vector<int64_t>;
+
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "[1,3,224,224]"
+// Row-major strides in elements.
+std::vector<int64_t> shape_strides(const Shape& s);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Zero-initialised tensor.
+  Tensor(DType dtype, Shape shape);
+
+  template <class T>
+  static Tensor from_vector(Shape shape, const std::vector<T>& values);
+  template <class T>
+  static Tensor scalar(T value) { return from_vector<T>({}, {value}); }
+  // Wraps external memory without copying; `owner` keeps it alive.
+  static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return int64_t(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_[size_t(i < 0 ? i + rank() : i)]; }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  bool empty_data() const { return !data_; }
+
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
+  // Typed access; throws Invalid if T does not match dtype().
+  template <class T> T* data();
+  template <class T> const T* data() const;
+
+  // Same data, new shape (numel must match).
+  Tensor reshaped(Shape shape) const;
+  Tensor clone() const;
+  // Element i converted to double / int64 (any numeric dtype). For scalars and shape tensors.
+  double as_double(int64_t i = 0) const;
+  int64_t as_int(int64_t i = 0) const;
+  // All elements as int64 (shape-like tensors).
+  std::vector<int64_t> to_int_vector() const;
+  std::vector<float> to_float_vector() const;
+  // Converts to another dtype (numeric conversions with C semantics; float->bool is x != 0).
+  Tensor cast(DType to) const;
+  bool same_data(const Tensor& other) const { return data_ == other.data_; }
+  // Bitwise equality of dtype, shape and contents.
+  bool equals(const Tensor& other) const;
+
+ private:
+  DType dtype_ = DType::Undefined;
+  Shape shape_;
+  std::shared_ptr<void> owner_;
+  void* data_ = nullptr;
+  void check(DType want) const;
+};
+
+template <class T>
+Tensor Tensor::from_vector(Shape shape, const std::vector<T>& values) {
+  Tensor t(DTypeOf<T>::value, std::move(shape));
+  if (int64_t(values.size()) != t.numel()) fail(ErrorKind::Invalid, "Tensor::from_vector: " + std::to_string(values.size()) + " values for shape " + shape_str(t.shape()));
+  T* p = static_cast<T*>(t.raw());
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return t;
+}
+template <class T> T* Tensor::data() {
+  check(DTypeOf<T>::value);
+  return static_cast<T*>(data_);
+}
+template <class T> const T* Tensor::data() const {
+  check(DTypeOf<T>::value);
+  return static_cast<const T*>(data_);
+}
+
+}  // namespace nnfuse
