@@ -280,6 +280,7 @@ bool Graph::has_node(NodeId id) const { return impl_->vertex_of.count(id) != 0; 
 const Node& Graph::node(NodeId id) const { return impl_->g[impl_->vertex(id)]; }
 Attributes& Graph::attrs(NodeId id) { return impl_->g[impl_->vertex(id)].attrs; }
 void Graph::set_node_name(NodeId id, const std::string& nm) { impl_->g[impl_->vertex(id)].name = nm; }
+void Graph::set_node_doc(NodeId id, const std::string& doc) { impl_->g[impl_->vertex(id)].doc = doc; }
 size_t Graph::num_nodes() const { return impl_->vertex_of.size(); }
 
 std::vector<NodeId> Graph::node_ids() const {
@@ -437,16 +438,15 @@ bool Graph::has_cycle(std::vector<NodeId>* cycle) const {
 }
 
 bool Graph::reaches(NodeId from, NodeId to) const {
-  // Is there a path to -> ... -> from? (adding from->to would then close a cycle)
   if (from == to) return true;
-  std::unordered_set<NodeId> seen{to};
-  std::vector<NodeId> stack{to};
+  std::unordered_set<NodeId> seen{from};
+  std::vector<NodeId> stack{from};
   while (!stack.empty()) {
     NodeId c = stack.back();
     stack.pop_back();
     for (auto e : boost::make_iterator_range(boost::out_edges(impl_->vertex(c), impl_->g))) {
       NodeId t = impl_->g[boost::target(e, impl_->g)].id;
-      if (t == from) return true;
+      if (t == to) return true;
       if (seen.insert(t).second) stack.push_back(t);
     }
   }

@@ -147,6 +147,7 @@ class Graph {
   const Node& node(NodeId id) const;
   Attributes& attrs(NodeId id);
   void set_node_name(NodeId id, const std::string& name);
+  void set_node_doc(NodeId id, const std::string& doc);
   size_t num_nodes() const;
   std::vector<NodeId> node_ids() const;  // ascending id (insertion order)
   NodeId find_node(const std::string& node_name) const;  // kNoNode if none
@@ -170,7 +171,8 @@ class Graph {
   std::vector<NodeId> topo_order() const;
   // True if the graph has a cycle; `cycle` receives the nodes on one of them.
   bool has_cycle(std::vector<NodeId>* cycle = nullptr) const;
-  // Would adding an edge from `from` to `to` create a cycle (is `from` reachable from `to`)?
+  // Is there a path of one or more edges from `from` to `to` (or from == to)? Adding an edge
+  // b -> a closes a cycle exactly when reaches(a, b).
   bool reaches(NodeId from, NodeId to) const;
   // Values read by the graph that nothing produces and that are neither inputs nor initializers
   // (outer-scope references of a subgraph body).
@@ -193,6 +195,18 @@ class Graph {
   std::unique_ptr<GraphImpl> impl_;
 };
 
+// A model-local function (ONNX FunctionProto): nodes of domain `domain` and type `name` call it.
+// nnfuse writes fused blocks this way (--export-fused); the body's inputs/outputs are the
+// function's formal parameters.
+struct ModelFunction {
+  std::string name;
+  std::string domain;
+  std::vector<std::string> inputs;
+  std::vector<std::string> outputs;
+  std::map<std::string, int64_t> opset_imports;
+  Graph body;
+};
+
 // A model: a graph plus the metadata ONNX keeps around it.
 struct Model {
   Graph graph;
@@ -204,6 +218,7 @@ struct Model {
   std::string doc;
   std::map<std::string, std::string> metadata;
   std::string path;  // file it was loaded from, for error messages ("" if from bytes)
+  std::vector<ModelFunction> functions;
 };
 
 }  // namespace nnfuse

@@ -1,0 +1,131 @@
+#include "fusion/plan_report.h"
+
+#include <sstream>
+
+namespace nnfuse {
+
+const char* mapping_type_colour(MappingType m) {
+  switch (m) {
+    case MappingType::OneToOne: return "#c6e5b3";
+    case MappingType::OneToMany: return "#fde2a7";
+    case MappingType::ManyToMany: return "#f4b6b6";
+    case MappingType::Reorganize: return "#b8d4f0";
+    case MappingType::Shuffle: return "#d9c4ec";
+  }
+  return "#eeeeee";
+}
+
+nlohmann::json plan_to_json(const Graph& g, const FusionPlan& plan) {
+  using nlohmann::json;
+  json blocks = json::array();
+  for (auto& b : plan.blocks) {
+    json members = json::array();
+    for (auto& r : b.reasons) {
+      const Node& n = g.node(r.node);
+      json m = {{"name", n.label()}, {"op", n.op_type}, {"mapping_type", mapping_type_name(node_mapping_type(g, r.node))},
+                {"joined_by", r.cell}, {"decision", r.decision}};
+      if (r.partner != kNoNode) m["with"] = g.node(r.partner).label();
+      members.push_back(m);
+    }
+    json blk = {{"id", b.id}, {"mapping_type", mapping_type_name(b.type)}, {"members", members},
+                {"inputs", b.inputs}, {"outputs", b.outputs}};
+    blk["anchor"] = b.anchor == kNoNode ? json(nullptr) : json(g.node(b.anchor).label());
+    blocks.push_back(blk);
+  }
+  const PlanStats& s = plan.stats;
+  return {{"kernels", plan.kernels()},
+          {"blocks", blocks},
+          {"fusion_stats",
+           {{"target", plan.target},
+            {"undecided_pairs", s.undecided_pairs},
+            {"settled_by_cost_model", s.settled_by_cost_model},
+            {"settled_by_profile", s.settled_by_profile},
+            {"settled_from_cache", s.settled_from_cache},
+            {"rejected_for_cycle", s.rejected_for_cycle},
+            {"rejected_for_budget", s.rejected_for_budget},
+            {"ms", s.ms}}}};
+}
+
+static std::string dot_escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    r += c;
+  }
+  return r;
+}
+
+std::string plan_to_dot(const Graph& g, const FusionPlan& plan) {
+  std::ostringstream o;
+  o << "digraph \"" << dot_escape(g.name) << "\" {\n  rankdir=TB;\n  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=Helvetica];\n";
+  for (auto& b : plan.blocks) {
+    o << "  subgraph cluster_" << b.id << " {\n    style=filled; color=\"" << mapping_type_colour(b.type) << "\";\n"
+      << "    label=\"block " << b.id << " (" << mapping_type_name(b.type) << ")\";\n";
+    for (NodeId m : b.members)
+      o << "    n" << m << " [label=\"" << dot_escape(g.node(m).op_type) << "\\n" << dot_escape(g.node(m).label()) << "\"];\n";
+    o << "  }\n";
+  }
+  for (auto& b : plan.blocks)
+    for (NodeId m : b.members)
+      for (NodeId s : g.successors(m)) o << "  n" << m << " -> n" << s << ";\n";
+  // Legend: one swatch per mapping type.
+  o << "  subgraph cluster_legend {\n    label=\"mapping type\"; style=dashed;\n";
+  for (auto mt : {MappingType::OneToOne, MappingType::OneToMany, MappingType::ManyToMany, MappingType::Reorganize, MappingType::Shuffle})
+    o << "    \"legend_" << mapping_type_name(mt) << "\" [label=\"" << mapping_type_name(mt) << "\", fillcolor=\"" << mapping_type_colour(mt) << "\"];\n";
+  o << "  }\n}\n";
+  return o.str();
+}
+
+Model fused_model(const Model& m, const FusionPlan& plan) {
+  const Graph& g = m.graph;
+  Model out;
+  out.ir_version = std::max<int64_t>(m.ir_version, 8);  // model-local functions need IR 8
+  out.producer_name = "nnfuse";
+  out.doc = "nnfuse fusion plan for " + (g.name.empty() ? std::string("model") : g.name) + " (target " + plan.target + ")";
+  Graph& f = out.graph;
+  f.name = g.name + "_fused";
+  f.opset_imports = g.opset_imports;
+  f.opset_imports["nnfuse"] = 1;
+  for (auto& i : g.inputs()) f.add_input(i, g.type(i));
+  for (auto& w : g.initializer_names())
+    if (!g.is_input(w)) f.set_initializer(w, g.initializer(w));
+  for (NodeId c : plan.constants) {
+    const Node& n = g.node(c);
+    f.add_node(n.op_type, n.inputs, n.outputs, n.attrs, n.name, n.domain);
+    for (auto& o : n.outputs) f.set_type(o, g.type(o));
+  }
+  for (auto& b : plan.blocks) {
+    std::string anchor_op = b.anchor == kNoNode ? g.node(b.members.front()).op_type : g.node(b.anchor).op_type;
+    std::string fname = "Block" + std::to_string(b.id) + "_" + anchor_op;
+    ModelFunction fn;
+    fn.name = fname;
+    fn.domain = "nnfuse";
+    fn.inputs = b.inputs;
+    fn.outputs = b.outputs;
+    fn.opset_imports = g.opset_imports;
+    Graph& body = fn.body;
+    body.opset_imports = g.opset_imports;
+    body.is_subgraph = true;
+    for (auto& i : b.inputs) body.add_input(i, g.type(i));
+    for (NodeId id : b.members) {
+      const Node& n = g.node(id);
+      for (auto& o : n.outputs)
+        if (!o.empty()) body.declare_value(o, g.type(o));
+      body.add_node(n.op_type, n.inputs, n.outputs, n.attrs, n.name, n.domain);
+    }
+    for (auto& o : b.outputs) body.add_output(o);
+    out.functions.push_back(std::move(fn));
+    for (auto& i : b.inputs)
+      if (!f.has_value(i)) f.declare_value(i, g.type(i));
+    for (auto& o : b.outputs) f.declare_value(o, g.type(o));
+    NodeId id = f.add_node(fname, b.inputs, b.outputs, {}, "block" + std::to_string(b.id), "nnfuse");
+    std::string doc = std::string(mapping_type_name(b.type)) + " block of " + std::to_string(b.members.size()) + " ops:";
+    for (NodeId mm : b.members) doc += " " + g.node(mm).op_type;
+    (void)id;
+    f.set_node_doc(id, doc);
+  }
+  f.set_outputs(g.outputs());
+  return out;
+}
+
+}  // namespace nnfuse

@@ -1,0 +1,76 @@
+#pragma once
+// The DNNFusion-style fusion planner.
+//
+// Every operator starts as its own block. Seeds are taken Many-to-Many anchors first, by FLOPs,
+// then the remaining operators in topological order; each seed grows along its consumers and
+// producers while the fusion table admits the pair (the block's fused mapping type first or
+// second), the target can lower the op, the block stays within the target's budgets, and the
+// contracted graph stays acyclic. Undecided cells go to the cost model and, where it is unsure,
+// to a short measurement kept in the profile cache.
+#include <string>
+#include <vector>
+
+#include "fusion/cost_model.h"
+#include "fusion/fusion_table.h"
+#include "fusion/target.h"
+#include "graph/graph.h"
+#include "graph/interpreter.h"
+
+namespace nnfuse {
+
+struct MemberReason {
+  NodeId node = kNoNode;
+  NodeId partner = kNoNode;  // the member it was fused with (kNoNode for the seed)
+  std::string cell;          // "seed" or the table cell, e.g. "Many-to-Many+One-to-One"
+  std::string decision;      // "seed", "profitable", "cost-model", "profiled", "profile-cache", "no-profile"
+};
+
+struct FusionBlock {
+  int id = 0;
+  std::vector<NodeId> members;  // topological order
+  NodeId anchor = kNoNode;      // the Many-to-Many member, if any
+  MappingType type = MappingType::OneToOne;
+  std::vector<std::string> inputs;   // values read from outside the block (weights included)
+  std::vector<std::string> outputs;  // values used outside the block or graph outputs
+  std::vector<MemberReason> reasons; // one per member, in the order they joined
+};
+
+struct PlanStats {
+  int undecided_pairs = 0;
+  int settled_by_cost_model = 0;
+  int settled_by_profile = 0;
+  int settled_from_cache = 0;
+  int rejected_for_cycle = 0;
+  int rejected_for_budget = 0;
+  double ms = 0;
+};
+
+struct FusionPlan {
+  std::string target;
+  std::vector<FusionBlock> blocks;  // an executable (topological) order
+  std::vector<NodeId> constants;    // Constant nodes: folded into weights, not kernels
+  PlanStats stats;
+  size_t kernels() const { return blocks.size(); }
+  // Index of the block holding a node, or -1 (Constant nodes).
+  int block_of(NodeId id) const;
+};
+
+struct PlanOptions {
+  bool profile = true;             // false: --no-profile (deterministic, offline)
+  std::string profile_cache_path;  // "" = ProfileCache::default_path()
+  int max_block_inputs = -1;       // -1: the target's budget
+  int max_block_members = -1;      // -1: the target's budget
+};
+
+// Plans fusion for a graph whose shapes have been inferred.
+FusionPlan plan_fusion(const Graph& g, const TargetDesc& t, const PlanOptions& opt = {});
+
+// Checks a plan: every non-Constant node in exactly one block, blocks in topological order of
+// the contracted graph, inputs/outputs consistent. Throws Model error naming the first problem.
+void check_plan(const Graph& g, const FusionPlan& plan);
+
+// Executes the plan block by block with the reference interpreter (each block extracted as a
+// standalone graph); the outputs must equal those of the unfused graph.
+TensorMap run_plan_reference(const Graph& g, const FusionPlan& plan, const TensorMap& feeds);
+
+}  // namespace nnfuse
