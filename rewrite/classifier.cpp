@@ -1,0 +1,247 @@
+#include "rewrite/classifier.h"
+
+#include <algorithm>
+#include <functional>
+#include <unordered_set>
+
+#include "graph/op_registry.h"
+
+namespace nnfuse {
+
+const char* const kNetworkClasses[7] = {"residual_cnn", "mobile_cnn", "detector", "transformer_encoder",
+                                        "transformer_decoder", "rnn", "generic"};
+
+namespace {
+
+bool is_constant(const Graph& g, const std::string& v) { return g.constant_value(v) != nullptr; }
+
+// Elementwise ops that sit between the attention MatMuls and the Softmax (scale, mask, cast).
+bool is_attention_glue(const std::string& op) {
+  static const std::unordered_set<std::string> glue = {"Div", "Mul", "Add", "Sub", "Where", "Cast", "Reshape",
+                                                       "Transpose", "Softmax", "Identity", "Slice"};
+  return glue.count(op) != 0;
+}
+bool is_matmul(const std::string& op) { return op == "MatMul" || op == "Gemm" || op == "Einsum"; }
+
+// Walks producers from `v` through glue ops (at most `depth` steps) looking for a MatMul.
+bool matmul_upstream(const Graph& g, const std::string& v, int depth) {
+  if (depth < 0 || v.empty()) return false;
+  auto p = g.producer(v);
+  if (!p) return false;
+  const Node& n = g.node(*p);
+  if (is_matmul(n.op_type)) return true;
+  if (!is_attention_glue(n.op_type)) return false;
+  for (auto& i : n.inputs)
+    if (!is_constant(g, i) && matmul_upstream(g, i, depth - 1)) return true;
+  return false;
+}
+bool matmul_downstream(const Graph& g, const std::string& v, int depth) {
+  if (depth < 0) return false;
+  for (auto& u : g.consumers(v)) {
+    const Node& n = g.node(u.node);
+    if (is_matmul(n.op_type)) return true;
+    if (is_attention_glue(n.op_type))
+      for (auto& o : n.outputs)
+        if (!o.empty() && matmul_downstream(g, o, depth - 1)) return true;
+  }
+  return false;
+}
+
+// A constant whose last two dims are square and whose values differ across the diagonal
+// (a lower-triangular 0/1 or 0/-inf mask), as exporters bake causal masks.
+bool triangular_constant(const Tensor& t) {
+  if (t.rank() < 2) return false;
+  int64_t n = t.dim(-1);
+  if (n < 2 || t.dim(-2) != n || n > 4096) return false;
+  double below = t.as_double(1 * n + 0), above = t.as_double(0 * n + 1), diag = t.as_double(0);
+  if (below == above) return false;
+  for (int64_t r = 0; r < std::min<int64_t>(n, 8); ++r)
+    for (int64_t c = 0; c < std::min<int64_t>(n, 8); ++c) {
+      double v = t.as_double(r * n + c);
+      if (c > r && v != above) return false;
+      if (c <= r && v != (c == r ? diag : below)) return false;
+    }
+  return true;
+}
+
+// Do two values descend from a common non-constant ancestor within a few steps? (residual joins)
+std::unordered_set<std::string> ancestors(const Graph& g, const std::string& v, int depth) {
+  std::unordered_set<std::string> seen;
+  std::vector<std::pair<std::string, int>> stack{{v, 0}};
+  while (!stack.empty()) {
+    auto [x, d] = stack.back();
+    stack.pop_back();
+    if (!seen.insert(x).second || d >= depth) continue;
+    if (auto p = g.producer(x))
+      for (auto& i : g.node(*p).inputs)
+        if (!i.empty() && !is_constant(g, i)) stack.push_back({i, d + 1});
+  }
+  return seen;
+}
+
+}  // namespace
+
+GraphFeatures extract_features(const Graph& g) {
+  GraphFeatures f;
+  double total_flops = 0, conv_flops = 0, mm_flops = 0, rec_flops = 0;
+  std::unordered_set<NodeId> seen_softmax;
+  for (NodeId id : g.node_ids()) {
+    const Node& n = g.node(id);
+    if (n.op_type == "Constant") continue;
+    ++f.ops;
+    ++f.histogram[n.op_type];
+    double fl = 0;
+    try { fl = node_flops(g, id); } catch (const Error&) {}
+    total_flops += fl;
+    const std::string& op = n.op_type;
+    if (op == "Conv" || op == "ConvTranspose") {
+      ++f.convs;
+      conv_flops += fl;
+      if (op == "ConvTranspose") ++f.transposed_convs;
+      int64_t group = n.attrs.get_int("group", 1);
+      int64_t cin = -1;
+      if (!n.inputs.empty() && g.type(n.inputs[0]).rank() >= 2 && g.type(n.inputs[0]).dims[1].known()) cin = g.type(n.inputs[0]).dims[1].value;
+      if (group > 1 && group == cin) ++f.depthwise_convs;
+      else if (group > 1) ++f.grouped_convs;
+      auto ks = n.attrs.get_ints("kernel_shape");
+      if (ks.empty() && n.inputs.size() > 1 && g.type(n.inputs[1]).is_static()) {
+        auto ws = g.type(n.inputs[1]).static_shape();
+        ks.assign(ws.begin() + 2, ws.end());
+      }
+      if (group == 1 && !ks.empty() && std::all_of(ks.begin(), ks.end(), [](int64_t k) { return k == 1; })) ++f.pointwise_convs;
+    } else if (is_matmul(op)) {
+      ++f.matmuls;
+      mm_flops += fl;
+    } else if (op == "LSTM" || op == "GRU" || op == "RNN" || op == "Loop" || op == "Scan") {
+      ++f.recurrent;
+      rec_flops += fl;
+    } else if (op == "NonMaxSuppression") {
+      ++f.nms;
+    } else if (op == "BatchNormalization") {
+      ++f.batch_norms;
+    } else if (op == "LayerNormalization") {
+      ++f.layer_norms;
+    } else if (op == "InstanceNormalization") {
+      ++f.instance_norms;
+    } else if (op == "GroupNormalization") {
+      ++f.group_norms;
+    } else if (op == "Trilu") {
+      ++f.causal_masks;
+    } else if (op == "Gather" && n.inputs.size() == 2) {
+      const Tensor* w = g.constant_value(n.inputs[0]);
+      if (w && w->rank() == 2 && dtype_is_integer(g.type(n.inputs[1]).dtype)) ++f.embeddings;
+    } else if (op == "ReduceMean" && !n.outputs.empty()) {
+      // Decomposed LayerNorm: x - mean(x), squared, mean again.
+      for (auto& u : g.consumers(n.outputs[0])) {
+        const Node& sub = g.node(u.node);
+        if (sub.op_type != "Sub") continue;
+        for (auto& u2 : g.consumers(sub.outputs[0])) {
+          const Node& sq = g.node(u2.node);
+          if (sq.op_type == "Pow" || sq.op_type == "Mul") {
+            for (auto& u3 : g.consumers(sq.outputs[0]))
+              if (g.node(u3.node).op_type == "ReduceMean") ++f.decomposed_layer_norms;
+          }
+        }
+      }
+    } else if (op == "Softmax" && !n.inputs.empty()) {
+      if (matmul_upstream(g, n.inputs[0], 6) && matmul_downstream(g, n.outputs[0], 3)) {
+        ++f.attention_blocks;
+        // A causal mask: a triangular constant (or Trilu output) among the glue inputs.
+        std::function<bool(const std::string&, int)> causal = [&](const std::string& v, int d) -> bool {
+          if (d < 0 || v.empty()) return false;
+          if (const Tensor* t = g.constant_value(v)) return triangular_constant(*t);
+          auto p = g.producer(v);
+          if (!p) return false;
+          const Node& pn = g.node(*p);
+          if (pn.op_type == "Trilu") return true;
+          if (is_matmul(pn.op_type) && d < 6) return false;
+          for (auto& i : pn.inputs)
+            if (causal(i, d - 1)) return true;
+          return false;
+        };
+        if (causal(n.inputs[0], 8)) ++f.causal_masks;
+      }
+    }
+    if ((op == "Add" || op == "Sum") && n.inputs.size() == 2 && !is_constant(g, n.inputs[0]) && !is_constant(g, n.inputs[1])) {
+      const TensorType& a = g.type(n.inputs[0]);
+      const TensorType& b = g.type(n.inputs[1]);
+      if (a.has_shape && a == b && a.rank() >= 3) {
+        // Two activations of one shape that meet after diverging: the second input is an
+        // ancestor of the first (identity shortcut), or they share an ancestor.
+        auto anc_a = ancestors(g, n.inputs[0], 24);
+        if (anc_a.count(n.inputs[1])) ++f.residual_joins;
+        else {
+          auto anc_b = ancestors(g, n.inputs[1], 24);
+          bool shared = false;
+          for (auto& x : anc_b) shared |= anc_a.count(x) && x != n.inputs[1];
+          if (shared) ++f.residual_joins;
+        }
+      }
+    }
+  }
+  if (total_flops > 0) {
+    f.conv_flop_share = conv_flops / total_flops;
+    f.matmul_flop_share = mm_flops / total_flops;
+    f.recurrent_flop_share = rec_flops / total_flops;
+  }
+  return f;
+}
+
+Classification classify(const Graph& g) {
+  Classification c;
+  GraphFeatures& f = c.features = extract_features(g);
+  auto why = [&](const std::string& s) { c.reasons.push_back(s); };
+  // Candidate scores in [0, 1]; the best is primary, a second strong one is secondary.
+  std::map<std::string, double> score;
+  if (f.recurrent > 0) {
+    score["rnn"] = 0.6 + 0.4 * std::max(f.recurrent_flop_share, f.recurrent >= 2 ? 0.5 : 0.0);
+    why(std::to_string(f.recurrent) + " recurrent ops (LSTM/GRU/RNN/Loop/Scan), " +
+        std::to_string(int(100 * f.recurrent_flop_share)) + "% of FLOPs");
+  }
+  if (f.nms > 0) {
+    score["detector"] = 0.95;
+    why(std::to_string(f.nms) + " NonMaxSuppression (detection head)");
+  }
+  if (f.attention_blocks > 0) {
+    double s = 0.7 + 0.3 * std::min(1.0, f.attention_blocks / 2.0);
+    bool decoder = f.causal_masks > 0;
+    score[decoder ? "transformer_decoder" : "transformer_encoder"] = s;
+    why(std::to_string(f.attention_blocks) + " attention blocks (MatMul->Softmax->MatMul)" +
+        (decoder ? ", " + std::to_string(f.causal_masks) + " causal masks" : ", no causal mask"));
+  }
+  if (f.convs >= 5) {
+    double dw_share = double(f.depthwise_convs) / f.convs;
+    if (dw_share >= 0.15) {
+      score["mobile_cnn"] = 0.7 + 0.3 * std::min(1.0, dw_share / 0.3);
+      why(std::to_string(f.depthwise_convs) + " of " + std::to_string(f.convs) + " convolutions depthwise");
+    } else if (f.residual_joins >= 2) {
+      score["residual_cnn"] = 0.7 + 0.3 * std::min(1.0, f.residual_joins / 8.0);
+      why(std::to_string(f.residual_joins) + " residual joins over " + std::to_string(f.convs) + " convolutions");
+    } else {
+      why(std::to_string(f.convs) + " convolutions without residual joins or depthwise layers (plain CNN)");
+    }
+  }
+  // Convolutions that carry most of the FLOPs in a transformer graph make a hybrid; a single
+  // patch-embedding conv (ViT) does not.
+  if (score.empty()) {
+    c.primary = "generic";
+    c.confidence = 1.0 - std::min(1.0, (f.convs >= 5 ? 0.3 : 0.0));
+    if (c.reasons.empty()) why("no class-specific structure found");
+    return c;
+  }
+  std::vector<std::pair<double, std::string>> ranked;
+  for (auto& [k, v] : score) ranked.push_back({v, k});
+  std::sort(ranked.rbegin(), ranked.rend());
+  // A detector is primary over its backbone; the backbone becomes secondary.
+  c.primary = ranked[0].second;
+  c.confidence = ranked[0].first;
+  if (ranked.size() > 1 && ranked[1].first >= kMinConfidence) c.secondary = ranked[1].second;
+  if (c.confidence < kMinConfidence) {
+    why("confidence " + std::to_string(c.confidence) + " below " + std::to_string(kMinConfidence) + ": generic");
+    c.secondary = c.primary;
+    c.primary = "generic";
+  }
+  return c;
+}
+
+}  // namespace nnfuse

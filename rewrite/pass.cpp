@@ -1,0 +1,282 @@
+#include "rewrite/pass.h"
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include "graph/shape_inference.h"
+
+namespace nnfuse {
+
+// ---------------------------------------------------------------- PassArgs
+std::string PassArgs::get(const std::string& key, const std::string& dflt) const {
+  auto it = values.find(key);
+  return it == values.end() ? dflt : it->second;
+}
+int64_t PassArgs::get_int(const std::string& key, int64_t dflt) const {
+  auto it = values.find(key);
+  if (it == values.end()) return dflt;
+  try {
+    size_t used = 0;
+    long long v = std::stoll(it->second, &used);
+    if (used == it->second.size()) return v;
+  } catch (const std::exception&) {
+  }
+  fail(ErrorKind::Invalid, "pass argument " + key + "=" + it->second + " is not an integer");
+}
+bool PassArgs::get_bool(const std::string& key, bool dflt) const {
+  auto it = values.find(key);
+  if (it == values.end()) return dflt;
+  if (it->second == "true" || it->second == "1" || it->second == "on") return true;
+  if (it->second == "false" || it->second == "0" || it->second == "off") return false;
+  fail(ErrorKind::Invalid, "pass argument " + key + "=" + it->second + " is not a boolean (true/false)");
+}
+std::string PassArgs::str() const {
+  std::string r;
+  for (auto& [k, v] : values) r += (r.empty() ? "" : " ") + k + "=" + v;
+  return r;
+}
+
+// ---------------------------------------------------------------- registry
+namespace {
+class LambdaPass : public Pass {
+ public:
+  LambdaPass(PassInfo info, std::function<void(PassContext&, const PassArgs&)> fn) : info_(std::move(info)), fn_(std::move(fn)) {}
+  const PassInfo& info() const override { return info_; }
+  void run(PassContext& ctx, const PassArgs& args) override { fn_(ctx, args); }
+
+ private:
+  PassInfo info_;
+  std::function<void(PassContext&, const PassArgs&)> fn_;
+};
+
+void register_builtin_passes(PassRegistry& r);
+}  // namespace
+
+PassRegistry& PassRegistry::global() {
+  static PassRegistry* reg = [] {
+    auto* r = new PassRegistry();
+    register_builtin_passes(*r);
+    return r;
+  }();
+  return *reg;
+}
+
+void PassRegistry::add(const std::string& name, PassFactory f) { passes_[name] = std::move(f); }
+bool PassRegistry::has(const std::string& name) const { return passes_.count(name) != 0; }
+std::unique_ptr<Pass> PassRegistry::create(const std::string& name) const {
+  auto it = passes_.find(name);
+  if (it == passes_.end()) {
+    std::string known;
+    for (auto& [k, v] : passes_) known += (known.empty() ? "" : ", ") + k;
+    fail(ErrorKind::Invalid, "unknown pass '" + name + "' (passes: " + known + ")");
+  }
+  return it->second();
+}
+std::vector<std::string> PassRegistry::names() const {
+  std::vector<std::string> r;
+  for (auto& [k, v] : passes_) r.push_back(k);
+  return r;
+}
+void PassRegistry::set_provider(const Property& p, const std::string& pass_name) { providers_[p] = pass_name; }
+std::string PassRegistry::provider(const Property& p) const {
+  auto it = providers_.find(p);
+  return it == providers_.end() ? "" : it->second;
+}
+
+void register_pass(PassInfo info, std::function<void(PassContext&, const PassArgs&)> run) {
+  std::string name = info.name;
+  PassRegistry::global().add(name, [info, run] { return std::make_unique<LambdaPass>(info, run); });
+}
+
+namespace {
+void register_builtin_passes(PassRegistry& r) {
+  PassInfo infer{"infer-shapes", "infer every value's shape and dtype (binds nothing; see --shape)", {}, {}, false};
+  r.add("infer-shapes", [infer] {
+    return std::make_unique<LambdaPass>(infer, [](PassContext& ctx, const PassArgs&) {
+      infer_shapes(ctx.graph());
+      ctx.valid.insert("shapes");
+    });
+  });
+  r.set_provider("shapes", "infer-shapes");
+  PassInfo validate{"validate", "check every IR invariant (names the first broken one)", {}, {}, true};
+  r.add("validate", [validate] {
+    return std::make_unique<LambdaPass>(validate, [](PassContext& ctx, const PassArgs&) { ctx.graph().validate(); });
+  });
+}
+}  // namespace
+
+// ---------------------------------------------------------------- pipelines
+Pipeline parse_pipeline(const std::string& text, const std::string& file) {
+  Pipeline p;
+  p.file = file;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  auto err = [&](int col, const std::string& msg) { fail(ErrorKind::Parse, msg, {file, lineno, col}); };
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (auto h = line.find('#'); h != std::string::npos) line = line.substr(0, h);
+    std::vector<std::pair<std::string, int>> words;  // word, 1-based column
+    for (size_t i = 0; i < line.size();) {
+      while (i < line.size() && std::isspace(static_cast<unsigned char>(line[i]))) ++i;
+      if (i >= line.size()) break;
+      size_t j = i;
+      while (j < line.size() && !std::isspace(static_cast<unsigned char>(line[j]))) ++j;
+      words.push_back({line.substr(i, j - i), int(i) + 1});
+      i = j;
+    }
+    if (words.empty()) continue;
+    const std::string& kw = words[0].first;
+    if (kw == "pipeline" || kw == "class") {
+      if (words.size() != 2) err(words[0].second, "expected '" + kw + " NAME', found " + std::to_string(words.size() - 1) + " words after '" + kw + "'");
+      (kw == "pipeline" ? p.name : p.network_class) = words[1].first;
+    } else if (kw == "description") {
+      p.description = line.substr(size_t(words[0].second - 1) + kw.size());
+      while (!p.description.empty() && std::isspace(static_cast<unsigned char>(p.description.front()))) p.description.erase(0, 1);
+    } else if (kw == "pass") {
+      if (words.size() < 2) err(int(line.size()) + 1, "expected a pass name after 'pass'");
+      PipelineStep s;
+      s.pass = words[1].first;
+      s.line = lineno;
+      for (size_t k = 2; k < words.size(); ++k) {
+        auto eq = words[k].first.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == words[k].first.size())
+          err(words[k].second, "expected key=value, found '" + words[k].first + "'");
+        s.args.values[words[k].first.substr(0, eq)] = words[k].first.substr(eq + 1);
+      }
+      p.steps.push_back(std::move(s));
+    } else {
+      err(words[0].second, "expected 'pipeline', 'class', 'description' or 'pass', found '" + kw + "'");
+    }
+  }
+  if (p.name.empty()) fail(ErrorKind::Parse, "missing 'pipeline NAME' line", {file, 1, 1});
+  return p;
+}
+
+Pipeline load_pipeline_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(ErrorKind::Io, "cannot read pipeline file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_pipeline(ss.str(), path);
+}
+
+// ---------------------------------------------------------------- hashing
+namespace {
+struct Hasher {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  void bytes(const void* p, size_t n) {
+    auto* c = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) { h ^= c[i]; h *= 1099511628211ull; }
+  }
+  void str(const std::string& s) { u64(s.size()); bytes(s.data(), s.size()); }
+  void u64(uint64_t v) { bytes(&v, sizeof v); }
+  void tensor(const Tensor& t) {
+    u64(uint64_t(t.dtype()));
+    for (auto d : t.shape()) u64(uint64_t(d));
+    // Small tensors by content (folded constants are new buffers with equal data); large ones
+    // by identity: passes never mutate weights in place, they create new ones.
+    if (t.nbytes() <= 4096) bytes(t.raw(), t.nbytes());
+    else u64(reinterpret_cast<uintptr_t>(t.raw()));
+  }
+};
+}  // namespace
+
+uint64_t structural_hash(const Graph& g) {
+  Hasher H;
+  std::unordered_map<std::string, uint64_t> id;
+  auto value_id = [&](const std::string& v) -> uint64_t {
+    if (v.empty()) return ~0ull;
+    auto [it, ins] = id.emplace(v, id.size());
+    return it->second;
+  };
+  for (auto& i : g.inputs()) H.u64(value_id(i));
+  for (auto& w : g.initializer_names()) {
+    H.u64(value_id(w));
+    H.tensor(g.initializer(w));
+  }
+  for (NodeId n : g.topo_order()) {
+    const Node& node = g.node(n);
+    H.str(node.op_type);
+    H.str(node.domain);
+    for (auto& i : node.inputs) H.u64(value_id(i));
+    H.u64(0xfeed);
+    for (auto& o : node.outputs) H.u64(value_id(o));
+    for (auto& [k, a] : node.attrs.all()) {
+      H.str(k);
+      H.u64(uint64_t(a.kind));
+      switch (a.kind) {
+        case Attribute::Kind::Float: H.bytes(&a.f, sizeof a.f); break;
+        case Attribute::Kind::Int: H.u64(uint64_t(a.i)); break;
+        case Attribute::Kind::String: H.str(a.s); break;
+        case Attribute::Kind::Tensor: H.tensor(a.t); break;
+        case Attribute::Kind::Graph: H.u64(a.g ? structural_hash(*a.g) : 0); break;
+        case Attribute::Kind::Floats: H.bytes(a.floats.data(), a.floats.size() * sizeof(float)); break;
+        case Attribute::Kind::Ints: for (auto v : a.ints) H.u64(uint64_t(v)); break;
+        case Attribute::Kind::Strings: for (auto& s : a.strings) H.str(s); break;
+        case Attribute::Kind::Tensors: for (auto& t : a.tensors) H.tensor(t); break;
+        case Attribute::Kind::Graphs: for (auto& gg : a.graphs) H.u64(gg ? structural_hash(*gg) : 0); break;
+      }
+    }
+  }
+  for (auto& o : g.outputs()) H.u64(value_id(o));
+  return H.h;
+}
+
+// ---------------------------------------------------------------- manager
+void PassManager::run_step(const PipelineStep& step, PassContext& ctx, std::vector<PassRecord>& records) const {
+  const PassRegistry& reg = PassRegistry::global();
+  std::unique_ptr<Pass> pass = reg.create(step.pass);
+  const PassInfo& info = pass->info();
+  for (auto& req : info.requires_) {
+    if (ctx.valid.count(req)) continue;
+    std::string prov = reg.provider(req);
+    if (prov.empty()) fail(ErrorKind::Invalid, "pass '" + info.name + "' requires '" + req + "', which no pass provides");
+    if (prov == step.pass) continue;
+    PipelineStep auto_step{prov, {}, step.line};
+    size_t before = records.size();
+    run_step(auto_step, ctx, records);
+    for (size_t k = before; k < records.size(); ++k) records[k].auto_inserted = true;
+  }
+  PassRecord rec;
+  rec.name = info.name;
+  rec.args = step.args.str();
+  rec.nodes_before = ctx.graph().num_nodes();
+  uint64_t h0 = info.analysis ? 0 : structural_hash(ctx.graph());
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    pass->run(ctx, step.args);
+  } catch (const Error& e) {
+    ErrorContext c = e.context();
+    throw Error(e.kind(), "in pass '" + info.name + "': " + e.detail(), c);
+  }
+  rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  rec.changed = !info.analysis && structural_hash(ctx.graph()) != h0;
+  rec.nodes_after = ctx.graph().num_nodes();
+  if (rec.changed) {
+    std::set<Property> keep;
+    for (auto& p : info.preserves)
+      if (ctx.valid.count(p)) keep.insert(p);
+    if (reg.provider("shapes") == info.name) keep.insert("shapes");
+    ctx.valid = keep;
+  }
+  if (ctx.verify) ctx.graph().validate();
+  records.push_back(rec);
+}
+
+std::vector<PassRecord> PassManager::run(const Pipeline& p, PassContext& ctx) const {
+  const PassRegistry& reg = PassRegistry::global();
+  for (auto& s : p.steps)
+    if (!reg.has(s.pass)) {
+      std::string known;
+      for (auto& n : reg.names()) known += (known.empty() ? "" : ", ") + n;
+      fail(ErrorKind::Parse, "unknown pass '" + s.pass + "' (passes: " + known + ")", {p.file, s.line, 0});
+    }
+  std::vector<PassRecord> records;
+  for (auto& s : p.steps) run_step(s, ctx, records);
+  return records;
+}
+
+}  // namespace nnfuse
