@@ -454,11 +454,25 @@ bool Graph::reaches(NodeId from, NodeId to) const {
 }
 
 std::vector<std::string> Graph::outer_references() const {
-  std::vector<std::string> r;
+  std::set<std::string> r;
   for (auto& [k, v] : impl_->values)
-    if (v.producer == kNoNode && !v.uses.empty() && !is_input(k) && !is_initializer(k)) r.push_back(k);
-  std::sort(r.begin(), r.end());
-  return r;
+    if (v.producer == kNoNode && !v.uses.empty() && !is_input(k) && !is_initializer(k)) r.insert(k);
+  // Bodies nested in this graph's nodes may read further out, past this graph.
+  for (auto& [id, vx] : impl_->vertex_of) {
+    for (auto& [name, a] : impl_->g[vx].attrs.all()) {
+      std::vector<const Graph*> bodies;
+      if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g.get());
+      if (a.kind == Attribute::Kind::Graphs)
+        for (auto& b : a.graphs) bodies.push_back(b.get());
+      for (const Graph* b : bodies)
+        for (auto& ref : b->outer_references()) {
+          auto it = impl_->values.find(ref);
+          bool local = it != impl_->values.end() && (it->second.producer != kNoNode || is_input(ref) || is_initializer(ref));
+          if (!local) r.insert(ref);
+        }
+    }
+  }
+  return {r.begin(), r.end()};
 }
 
 Graph Graph::extract(const std::vector<NodeId>& ids) const {

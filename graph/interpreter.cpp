@@ -51,11 +51,24 @@ TensorMap Interpreter::run_scoped(const TensorMap& feeds, const TensorMap* outer
   const std::vector<std::string>& want = outputs.empty() ? g.outputs() : outputs;
   // Free each intermediate after its last use: full-size models would not fit otherwise.
   std::unordered_map<std::string, size_t> last_use;
-  for (size_t k = 0; k < order_.size(); ++k)
-    for (auto& i : g.node(order_[k]).inputs)
+  for (size_t k = 0; k < order_.size(); ++k) {
+    const Node& n = g.node(order_[k]);
+    for (auto& i : n.inputs)
       if (!i.empty()) last_use[i] = k;
+    // Values that an If/Loop/Scan body reads from this scope live until that node has run.
+    for (auto& [name, a] : n.attrs.all()) {
+      if (a.kind == Attribute::Kind::Graph && a.g)
+        for (auto& r : a.g->outer_references()) last_use[r] = k;
+      if (a.kind == Attribute::Kind::Graphs)
+        for (auto& body : a.graphs)
+          for (auto& r : body->outer_references()) last_use[r] = k;
+    }
+  }
   std::unordered_map<std::string, bool> keep;
   for (auto& w : want) keep[w] = true;
+  std::vector<std::vector<std::string>> free_after(order_.size());
+  for (auto& [v, k] : last_use)
+    if (!keep.count(v) && !g.is_initializer(v)) free_after[k].push_back(v);
 
   auto lookup = [&](const std::string& name) -> const Tensor* {
     auto it = env.find(name);
@@ -94,11 +107,8 @@ TensorMap Interpreter::run_scoped(const TensorMap& feeds, const TensorMap* outer
     std::vector<Tensor> outs = run_node(n, g.opset(n.domain), ins, runner);
     for (size_t j = 0; j < n.outputs.size() && j < outs.size(); ++j)
       if (!n.outputs[j].empty()) env[n.outputs[j]] = std::move(outs[j]);
-    for (auto& i : n.inputs) {
-      if (i.empty() || keep.count(i) || g.is_initializer(i)) continue;
-      auto lu = last_use.find(i);
-      if (lu != last_use.end() && lu->second == k) env.erase(i);
-    }
+    // Free every value whose last reader (a node input or a body's outer reference) was this node.
+    for (auto& v : free_after[k]) env.erase(v);
   }
 
   TensorMap result;

@@ -1,7 +1,8 @@
 #pragma once
 // ONNX import and export (protobuf). Import accepts IR versions 3-10 and opsets 7-21: initializers
 // also listed as inputs, Constant nodes, symbolic dims, external-data weights, If/Loop/Scan
-// bodies. Export writes a model that passes onnx.checker and that ONNX Runtime can run.
+// bodies; model-local functions are inlined. Export writes a model that passes onnx.checker
+// (full_check) and that ONNX Runtime can run.
 #include <map>
 #include <string>
 
@@ -22,8 +23,17 @@ Model load_model(const std::string& path, const ImportOptions& opt = {});
 Model load_model_bytes(const std::string& bytes, const ImportOptions& opt = {}, const std::string& base_dir = "",
                        const std::string& label = "<bytes>");
 
+struct SaveOptions {
+  // Write initializers of at least `external_min_bytes` to "<file name>.data" next to the model
+  // even when the model is under 2 GiB (models over 2 GiB always use external data).
+  bool external_data = false;
+  size_t external_min_bytes = 1024;
+};
+
 // Serializes to ONNX (weights embedded; models over 2 GiB are written with external data).
+// Model::functions become model-local FunctionProtos (fused blocks of --export-fused).
 std::string save_model_bytes(const Model& m);
 void save_model(const Model& m, const std::string& path);
+void save_model(const Model& m, const std::string& path, const SaveOptions& opt);
 
 }  // namespace nnfuse

@@ -114,7 +114,12 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
         if (all_known && !known.count(o)) {
           std::vector<int64_t> v;
           for (auto& d : *res.dim_values[k]) v.push_back(d.value);
-          known[o] = Tensor::from_vector<int64_t>({int64_t(v.size())}, v);
+          // A 0-D output (Gather of one dim, Size) carries its single element as a scalar.
+          bool scalar = res.outputs[k].has_shape && res.outputs[k].dims.empty() && v.size() == 1;
+          Tensor t = Tensor::from_vector<int64_t>(scalar ? Shape{} : Shape{int64_t(v.size())}, v);
+          // Dim values of a bool/int32 output (Equal on shapes, Cast) keep that output's dtype.
+          DType want = res.outputs[k].dtype;
+          known[o] = (want != DType::Int64 && (dtype_is_integer(want) || want == DType::Bool)) ? t.cast(want) : t;
         }
       }
     }
