@@ -1,0 +1,404 @@
+"""Models shaped like real framework exports, built with onnx.helper (no framework needed).
+
+Each builder reproduces the idioms one exporter writes (see the docstrings), with dynamic axes as
+dim_param. Every model goes through:
+  - `nnfuse inspect` with and without `--shape` bindings of its dynamic dims,
+  - `nnfuse convert` round trip: ONNX Runtime gives the converted model the original's outputs,
+  - `nnfuse run --target reference` against ONNX Runtime, with the dynamic dims bound by
+    `--shape` and with them inferred from the fed inputs alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import assert_close
+
+RTOL, ATOL = 1e-4, 1e-5
+F32 = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+@dataclass
+class ExportCase:
+    name: str
+    model: onnx.ModelProto
+    feeds: dict[str, np.ndarray]
+    # --shape bindings for the dynamic dims, matching `feeds`.
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+
+
+class Builder:
+    """Small helper that names things the way exporters do and keeps opset-dependent forms."""
+
+    def __init__(self, opset: int, seed: int = 0):
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.rng = np.random.default_rng(seed)
+        self.count = 0
+
+    def _name(self, op: str) -> str:
+        self.count += 1
+        return f"{op}_{self.count}"
+
+    def node(self, op: str, inputs, n_out: int = 1, name: str | None = None, **attrs):
+        name = name or self._name(op)
+        outs = [f"{name}_output_{i}" if n_out > 1 else f"{name}_output" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op, list(inputs), outs, name=name, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def constant(self, value: np.ndarray, name: str | None = None) -> str:
+        """A Constant node (how torch.onnx writes every constant it does not fold)."""
+        return self.node("Constant", [], name=name or self._name("Constant"),
+                         value=numpy_helper.from_array(np.asarray(value)))
+
+    def weight(self, name: str, shape, scale: float = 0.2) -> str:
+        arr = (self.rng.standard_normal(shape) * scale).astype(np.float32)
+        self.inits.append(numpy_helper.from_array(arr, name))
+        return name
+
+    def unsqueeze(self, x: str, axes: list[int]) -> str:
+        if self.opset >= 13:
+            return self.node("Unsqueeze", [x, self.constant(np.array(axes, dtype=np.int64))])
+        return self.node("Unsqueeze", [x], axes=axes)
+
+    def squeeze(self, x: str, axes: list[int]) -> str:
+        if self.opset >= 13:
+            return self.node("Squeeze", [x, self.constant(np.array(axes, dtype=np.int64))])
+        return self.node("Squeeze", [x], axes=axes)
+
+    def reduce_mean(self, x: str, axes: list[int], keepdims: int = 1) -> str:
+        if self.opset >= 18:
+            return self.node("ReduceMean", [x, self.constant(np.array(axes, dtype=np.int64))], keepdims=keepdims)
+        return self.node("ReduceMean", [x], axes=axes, keepdims=keepdims)
+
+    def model(self, inputs, outputs, producer: str, graph_name: str, inits_as_inputs: bool = False,
+              ir_version: int | None = None) -> onnx.ModelProto:
+        graph_inputs = list(inputs)
+        if inits_as_inputs:
+            # Opset-9-era exporters (torch < 1.4 with keep_initializers_as_inputs) list every
+            # initializer as a graph input as well.
+            graph_inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in self.inits]
+        g = helper.make_graph(self.nodes, graph_name, graph_inputs, outputs, initializer=self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)], producer_name=producer)
+        m.ir_version = ir_version or {9: 4, 11: 6, 13: 7, 17: 8}.get(self.opset, 8)
+        onnx.checker.check_model(m, full_check=True)
+        return m
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch (torch.onnx.export)
+
+
+def pytorch_cnn(opset: int) -> ExportCase:
+    """torch.onnx.export of Conv-BN-ReLU-MaxPool + classifier, dynamic batch: Flatten before Gemm
+    (transB=1), Identity on a shared weight, Constant nodes, initializers as inputs at opset 9."""
+    b = Builder(opset, seed=opset)
+    x = "input.1"
+    w1 = b.weight("conv1.weight", [8, 3, 3, 3])
+    b1 = b.weight("conv1.bias", [8], 0.1)
+    y = b.node("Conv", [x, w1, b1], name="Conv_0", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1],
+               dilations=[1, 1], group=1)
+    scale = b.weight("bn1.weight", [8], 0.1)
+    bias = b.weight("bn1.bias", [8], 0.1)
+    mean = b.weight("bn1.running_mean", [8], 0.1)
+    var_arr = (np.abs(b.rng.standard_normal(8)) + 0.5).astype(np.float32)
+    b.inits.append(numpy_helper.from_array(var_arr, "bn1.running_var"))
+    bn_attrs = {"epsilon": 1e-5, "momentum": 0.9}
+    y = b.node("BatchNormalization", [y, scale, bias, mean, "bn1.running_var"], name="BatchNormalization_1", **bn_attrs)
+    y = b.node("Relu", [y], name="Relu_2")
+    y = b.node("MaxPool", [y], name="MaxPool_3", kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
+    # A weight used twice is exported through Identity nodes.
+    w2 = b.weight("conv2.weight", [8, 8, 3, 3], 0.1)
+    w2a = b.node("Identity", [w2], name="Identity_4")
+    y = b.node("Conv", [y, w2a], name="Conv_5", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    y = b.node("Relu", [y], name="Relu_6")
+    y = b.node("GlobalAveragePool", [y], name="GlobalAveragePool_7")
+    y = b.node("Flatten", [y], name="Flatten_8", axis=1)
+    fc_w = b.weight("fc.weight", [10, 8])
+    fc_b = b.weight("fc.bias", [10], 0.1)
+    y = b.node("Gemm", [y, fc_w, fc_b], name="Gemm_9", alpha=1.0, beta=1.0, transB=1)
+    y = b.node("Softmax", [y], name="Softmax_10", axis=1)
+    b.nodes[-1].output[0] = "output"
+    m = b.model([helper.make_tensor_value_info(x, F32, ["batch_size", 3, 12, 12])],
+                [helper.make_tensor_value_info("output", F32, ["batch_size", 10])],
+                "pytorch", "torch_jit", inits_as_inputs=(opset == 9))
+    rng = np.random.default_rng(1)
+    feeds = {x: rng.standard_normal((2, 3, 12, 12)).astype(np.float32)}
+    return ExportCase(f"pytorch_cnn_opset{opset}", m, feeds, {x: [2, 3, 12, 12]})
+
+
+def pytorch_encoder(opset: int) -> ExportCase:
+    """torch.onnx.export of a self-attention block with dynamic batch and sequence axes: the
+    Shape->Gather->Unsqueeze->Concat->Reshape chains torch writes for view(), Constant nodes for
+    every scalar, LayerNorm decomposed (ReduceMean/Sub/Pow/Sqrt/Div) as before opset 17, GELU
+    through Erf, MatMul+Add for Linear, Transpose for permute, Softmax(-1)."""
+    b = Builder(opset, seed=100 + opset)
+    H, NH = 16, 2
+    D = H // NH
+    x = "input_ids_embedded"
+    c = b.constant
+
+    def linear(inp, prefix, n_in, n_out):
+        w = b.weight(f"{prefix}.weight_T", [n_in, n_out])
+        bias = b.weight(f"{prefix}.bias", [n_out], 0.1)
+        return b.node("Add", [b.node("MatMul", [inp, w]), bias])
+
+    def dims_of(t):
+        shape = b.node("Shape", [t])
+        d0 = b.node("Gather", [shape, c(np.array(0, dtype=np.int64))], axis=0)
+        shape2 = b.node("Shape", [t])
+        d1 = b.node("Gather", [shape2, c(np.array(1, dtype=np.int64))], axis=0)
+        return d0, d1
+
+    def split_heads(t):
+        bsz, seq = dims_of(t)
+        shape = b.node("Concat", [b.unsqueeze(bsz, [0]), b.unsqueeze(seq, [0]),
+                                  c(np.array([NH], dtype=np.int64)), c(np.array([D], dtype=np.int64))], axis=0)
+        r = b.node("Reshape", [t, shape])
+        return b.node("Transpose", [r], perm=[0, 2, 1, 3])
+
+    q = split_heads(linear(x, "attn.q", H, H))
+    k = split_heads(linear(x, "attn.k", H, H))
+    v = split_heads(linear(x, "attn.v", H, H))
+    kt = b.node("Transpose", [k], perm=[0, 1, 3, 2])
+    scores = b.node("Div", [b.node("MatMul", [q, kt]), c(np.array(np.sqrt(D), dtype=np.float32))])
+    # Additive mask from an int64 mask input: (1 - mask) * -10000, broadcast over heads/queries.
+    mask = "attention_mask"
+    m4 = b.unsqueeze(b.unsqueeze(mask, [1]), [2])
+    mf = b.node("Cast", [m4], to=F32)
+    madd = b.node("Mul", [b.node("Sub", [c(np.array(1.0, dtype=np.float32)), mf]), c(np.array(-10000.0, dtype=np.float32))])
+    probs = b.node("Softmax", [b.node("Add", [scores, madd])], axis=-1)
+    ctx = b.node("Transpose", [b.node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+    bsz, seq = dims_of(x)
+    shape = b.node("Concat", [b.unsqueeze(bsz, [0]), b.unsqueeze(seq, [0]), c(np.array([H], dtype=np.int64))], axis=0)
+    ctx = b.node("Reshape", [ctx, shape])
+    h = b.node("Add", [linear(ctx, "attn.out", H, H), x])
+
+    # LayerNorm, decomposed as torch exports it before opset 17.
+    mean = b.reduce_mean(h, [-1])
+    dev = b.node("Sub", [h, mean])
+    var = b.reduce_mean(b.node("Pow", [dev, c(np.array(2.0, dtype=np.float32))]), [-1])
+    std = b.node("Sqrt", [b.node("Add", [var, c(np.array(1e-5, dtype=np.float32))])])
+    ln = b.node("Add", [b.node("Mul", [b.node("Div", [dev, std]), b.weight("ln.weight", [H])]), b.weight("ln.bias", [H], 0.1)])
+    # GELU through Erf.
+    f = linear(ln, "ffn.fc1", H, 2 * H)
+    erf = b.node("Erf", [b.node("Div", [f, c(np.array(1.4142135, dtype=np.float32))])])
+    gelu = b.node("Mul", [b.node("Mul", [f, b.node("Add", [erf, c(np.array(1.0, dtype=np.float32))])]),
+                          c(np.array(0.5, dtype=np.float32))])
+    out = b.node("Add", [linear(gelu, "ffn.fc2", 2 * H, H), ln])
+    b.nodes[-1].output[0] = "last_hidden_state"
+    m = b.model([helper.make_tensor_value_info(x, F32, ["batch", "sequence"] + [H]),
+                 helper.make_tensor_value_info(mask, I64, ["batch", "sequence"])],
+                [helper.make_tensor_value_info("last_hidden_state", F32, ["batch", "sequence", H])],
+                "pytorch", "torch_jit", inits_as_inputs=(opset == 9))
+    rng = np.random.default_rng(2)
+    am = np.ones((2, 5), dtype=np.int64)
+    am[1, 3:] = 0
+    feeds = {x: rng.standard_normal((2, 5, H)).astype(np.float32), mask: am}
+    return ExportCase(f"pytorch_encoder_opset{opset}", m, feeds, {x: [2, 5, H], mask: [2, 5]})
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorFlow (tf2onnx)
+
+
+def tf2onnx_cnn(opset: int) -> ExportCase:
+    """tf2onnx of a Keras NHWC model: 'input:0'-style names, Transpose to NCHW around Conv and
+    back, Squeeze/Unsqueeze with axes attributes (opset 11), shape logic done in float through
+    Cast (Shape->Cast->Mul->Cast), Reshape's 0-dims resolved with Equal/Where on shapes."""
+    b = Builder(opset, seed=200 + opset)
+    c = b.constant
+    x = "input_1:0"
+    t = b.node("Transpose", [x], name="StatefulPartitionedCall/conv2d/Conv2D__6", perm=[0, 3, 1, 2])
+    w = b.weight("StatefulPartitionedCall/conv2d/Conv2D/ReadVariableOp:0", [6, 3, 3, 3])
+    bias = b.weight("StatefulPartitionedCall/conv2d/BiasAdd/ReadVariableOp:0", [6], 0.1)
+    y = b.node("Conv", [t, w, bias], kernel_shape=[3, 3], strides=[1, 1], auto_pad="SAME_UPPER", dilations=[1, 1])
+    y = b.node("Relu", [y])
+    y = b.node("Transpose", [y], perm=[0, 2, 3, 1])  # back to NHWC
+    # Keras Reshape((-1, 6)) as tf2onnx writes it: target [0, -1, 6] where 0 copies the input dim.
+    target = c(np.array([0, -1, 6], dtype=np.int64))
+    in_shape = b.node("Shape", [y])
+    in_shape3 = b.node("Slice", [in_shape, c(np.array([0], dtype=np.int64)), c(np.array([3], dtype=np.int64))])
+    is_zero = b.node("Equal", [target, c(np.array(0, dtype=np.int64))])
+    resolved = b.node("Where", [is_zero, in_shape3, target])
+    r = b.node("Reshape", [y, resolved])  # [N, H*W, 6]
+    # Mean over the positions, through a float-cast count (Cast-heavy shape logic).
+    s = b.node("ReduceSum", [r], axes=[1], keepdims=0) if opset < 13 else \
+        b.node("ReduceSum", [r, c(np.array([1], dtype=np.int64))], keepdims=0)
+    count = b.node("Cast", [b.node("Gather", [b.node("Shape", [r]), c(np.array(1, dtype=np.int64))], axis=0)], to=F32)
+    mean = b.node("Div", [s, count])  # [N, 6]
+    # Squeeze/Unsqueeze round trip with attributes as tf2onnx writes ExpandDims/Squeeze.
+    e = b.unsqueeze(mean, [2])
+    e = b.squeeze(e, [2])
+    dw = b.weight("StatefulPartitionedCall/dense/MatMul/ReadVariableOp:0", [6, 4])
+    db = b.weight("StatefulPartitionedCall/dense/BiasAdd/ReadVariableOp:0", [4], 0.1)
+    logits = b.node("Add", [b.node("MatMul", [e, dw]), db])
+    # Cast round trip of the logits' batch dim, the way tf.shape()+tf.cast chains export.
+    bdim = b.node("Cast", [b.node("Cast", [b.node("Shape", [logits])], to=F32)], to=I64)
+    logits = b.node("Reshape", [logits, bdim])
+    out = b.node("Softmax", [logits], axis=-1 if opset >= 13 else 1)
+    b.nodes[-1].output[0] = "Identity:0"
+    m = b.model([helper.make_tensor_value_info(x, F32, ["unk__12", 8, 8, 3])],
+                [helper.make_tensor_value_info("Identity:0", F32, ["unk__13", 4])],
+                "tf2onnx", "tf2onnx")
+    rng = np.random.default_rng(3)
+    feeds = {x: rng.standard_normal((3, 8, 8, 3)).astype(np.float32)}
+    return ExportCase(f"tf2onnx_cnn_opset{opset}", m, feeds, {x: [3, 8, 8, 3]})
+
+
+# ---------------------------------------------------------------------------------------------
+# PaddlePaddle (paddle2onnx)
+
+
+def paddle_cnn(opset: int) -> ExportCase:
+    """paddle2onnx of a small CNN: paddle.scale as Mul then Add with scalar Constants, pooling
+    with ceil_mode=1, Resize driven by scales (nearest/asymmetric/floor and linear/half_pixel),
+    dynamic batch written as 'p2o.DynamicDimension.0'."""
+    b = Builder(opset, seed=300 + opset)
+    c = b.constant
+    x = "x"
+    y = b.node("Mul", [x, c(np.array(0.0078125, dtype=np.float32))], name="p2o.Mul.0")  # scale
+    y = b.node("Add", [y, c(np.array(-1.0, dtype=np.float32))], name="p2o.Add.0")         # bias
+    w = b.weight("conv2d_0.w_0", [4, 3, 3, 3])
+    y = b.node("Conv", [y, w], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1], group=1, dilations=[1, 1])
+    y = b.node("Relu", [y])
+    y = b.node("MaxPool", [y], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 0, 0], ceil_mode=1)  # 9x9 -> 4x4
+    y = b.node("AveragePool", [y], kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0], ceil_mode=1,
+               count_include_pad=0)  # 4x4 -> 2x2
+    empty_roi = c(np.array([], dtype=np.float32))
+    up = b.node("Resize", [y, empty_roi, c(np.array([1, 1, 2, 2], dtype=np.float32))], mode="nearest",
+                coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    up2 = b.node("Resize", [up, empty_roi, c(np.array([1, 1, 1.5, 1.5], dtype=np.float32))], mode="linear",
+                 coordinate_transformation_mode="half_pixel")
+    out = b.node("Add", [b.node("Mul", [up2, c(np.array(2.0, dtype=np.float32))]), c(np.array(0.5, dtype=np.float32))])
+    b.nodes[-1].output[0] = "save_infer_model/scale_0.tmp_0"
+    m = b.model([helper.make_tensor_value_info(x, F32, ["p2o.DynamicDimension.0", 3, 9, 9])],
+                [helper.make_tensor_value_info("save_infer_model/scale_0.tmp_0", F32, ["p2o.DynamicDimension.0", 4, 6, 6])],
+                "PaddlePaddle", "paddle_graph")
+    rng = np.random.default_rng(4)
+    feeds = {x: (rng.random((2, 3, 9, 9)) * 255).astype(np.float32)}
+    return ExportCase(f"paddle_cnn_opset{opset}", m, feeds, {x: [2, 3, 9, 9]})
+
+
+CASE_BUILDERS = {
+    "pytorch_cnn_opset9": lambda: pytorch_cnn(9),
+    "pytorch_cnn_opset11": lambda: pytorch_cnn(11),
+    "pytorch_cnn_opset13": lambda: pytorch_cnn(13),
+    "pytorch_cnn_opset17": lambda: pytorch_cnn(17),
+    "pytorch_encoder_opset9": lambda: pytorch_encoder(9),
+    "pytorch_encoder_opset11": lambda: pytorch_encoder(11),
+    "pytorch_encoder_opset13": lambda: pytorch_encoder(13),
+    "pytorch_encoder_opset17": lambda: pytorch_encoder(17),
+    "tf2onnx_cnn_opset11": lambda: tf2onnx_cnn(11),
+    "tf2onnx_cnn_opset13": lambda: tf2onnx_cnn(13),
+    "paddle_cnn_opset11": lambda: paddle_cnn(11),
+    "paddle_cnn_opset13": lambda: paddle_cnn(13),
+}
+
+
+@pytest.fixture(params=sorted(CASE_BUILDERS))
+def case(request, workdir) -> tuple[ExportCase, Path]:
+    ec = CASE_BUILDERS[request.param]()
+    path = workdir / f"{ec.name}.onnx"
+    onnx.save(ec.model, str(path))
+    return ec, path
+
+
+def run_ort(path, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # initializers listed as inputs (opset 9 style) warn on every load
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def shape_args(ec: ExportCase) -> list[str]:
+    args = []
+    for name, dims in ec.shapes.items():
+        args += ["--shape", f"{name}={','.join(map(str, dims))}"]
+    return args
+
+
+def _dims(j):
+    return j["shape"]
+
+
+def test_inspect_without_shape_binding(cli, case):
+    ec, path = case
+    rep = cli.ok("inspect", path)
+    inputs = {i["name"]: i for i in rep["inputs"]}
+    real_inputs = [i.name for i in ec.model.graph.input if i.name not in {t.name for t in ec.model.graph.initializer}]
+    assert set(real_inputs) <= set(inputs), f"inspect lists inputs {sorted(inputs)}, the model has {real_inputs}"
+    # The dynamic dims stay symbolic and keep the exporter's names.
+    for vi in ec.model.graph.input:
+        if vi.name not in ec.shapes:
+            continue
+        want = [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+        assert _dims(inputs[vi.name]) == want, f"input {vi.name}: inspect shape {_dims(inputs[vi.name])}, model {want}"
+    assert [o["name"] for o in rep["outputs"]] == [o.name for o in ec.model.graph.output]
+
+
+def test_inspect_with_shape_binding(cli, case):
+    ec, path = case
+    rep = cli.ok("inspect", path, *shape_args(ec))
+    want_out = run_ort(path, ec.feeds)
+    for i in rep["inputs"]:
+        if i["name"] in ec.shapes:
+            assert _dims(i) == ec.shapes[i["name"]], f"input {i['name']}: {_dims(i)} after --shape {ec.shapes[i['name']]}"
+    for o in rep["outputs"]:
+        assert _dims(o) == list(want_out[o["name"]].shape), (
+            f"output {o['name']}: inferred {_dims(o)} with the dims bound, ORT computes {list(want_out[o['name']].shape)}")
+
+
+def test_convert_round_trip_matches_ort(cli, case, workdir):
+    ec, path = case
+    out = workdir / "converted.onnx"
+    cli.ok("convert", path, "-o", out)
+    onnx.checker.check_model(str(out), full_check=True)
+    want = run_ort(path, ec.feeds)
+    got = run_ort(out, ec.feeds)
+    for name in want:
+        assert_close(got[name], want[name], RTOL, ATOL, what=f"{ec.name} round trip '{name}'")
+    # The dynamic axes survive the round trip (a converter must not bake in a batch size).
+    conv = onnx.load(str(out))
+    for vi in conv.graph.input:
+        if vi.name in ec.shapes:
+            dims = [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+            assert any(isinstance(d, str) and d for d in dims), f"input {vi.name} lost its dynamic dims: {dims}"
+
+
+def test_convert_with_shape_binding_matches_ort(cli, case, workdir):
+    ec, path = case
+    out = workdir / "converted_bound.onnx"
+    cli.ok("convert", path, "-o", out, *shape_args(ec))
+    onnx.checker.check_model(str(out), full_check=True)
+    want = run_ort(path, ec.feeds)
+    got = run_ort(out, ec.feeds)
+    for name in want:
+        assert_close(got[name], want[name], RTOL, ATOL, what=f"{ec.name} bound round trip '{name}'")
+
+
+def test_reference_with_shape_binding_matches_ort(cli, case, workdir):
+    ec, path = case
+    want = run_ort(path, ec.feeds)
+    got = cli.run_model(path, ec.feeds, workdir, *shape_args(ec))
+    assert set(got) == set(want)
+    for name in want:
+        assert_close(got[name], want[name], RTOL, ATOL, what=f"{ec.name} reference '{name}' (--shape)")
+
+
+def test_reference_with_dims_from_inputs_matches_ort(cli, case, workdir):
+    ec, path = case
+    want = run_ort(path, ec.feeds)
+    got = cli.run_model(path, ec.feeds, workdir)
+    assert set(got) == set(want)
+    for name in want:
+        assert_close(got[name], want[name], RTOL, ATOL, what=f"{ec.name} reference '{name}' (dims from inputs)")
