@@ -73,7 +73,7 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
       if (a.kind == Attribute::Kind::Graphs) bodies = a.graphs;
       for (auto& body : bodies) {
         for (auto& r : body->outer_references())
-          if (g.has_value(r)) body->set_type(r, g.type(r));
+          if (g.has_value(r)) body->declare_value(r, g.type(r));
         if (body->opset_imports.empty()) body->opset_imports = g.opset_imports;
         infer_shapes(*body, opt);
       }

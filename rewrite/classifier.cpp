@@ -199,7 +199,7 @@ Classification classify(const Graph& g) {
         std::to_string(int(100 * f.recurrent_flop_share)) + "% of FLOPs");
   }
   if (f.nms > 0) {
-    score["detector"] = 0.95;
+    score["detector"] = 1.0;  // NMS is decisive: a detector is primary over its backbone
     why(std::to_string(f.nms) + " NonMaxSuppression (detection head)");
   }
   if (f.attention_blocks > 0) {

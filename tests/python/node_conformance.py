@@ -52,11 +52,6 @@ DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-5
 # reproduce. Keyed by ONNX op type; a test uses the loosest entry among its ops. Every entry
 # needs a reason (it is printed in docs/conformance.md).
 OP_TOLERANCES: dict[str, tuple[float, float, str]] = {
-    # The expected outputs of the recurrent tests come from float64 numpy loops over time steps;
-    # float32 accumulation through tanh/sigmoid over the sequence drifts by a few ulps per step.
-    "LSTM": (1e-3, 1e-4, "float32 recurrence over time steps vs float64 numpy reference"),
-    "GRU": (1e-3, 1e-4, "float32 recurrence over time steps vs float64 numpy reference"),
-    "RNN": (1e-3, 1e-4, "float32 recurrence over time steps vs float64 numpy reference"),
     # Spectral outputs that cancel to zero keep the float32 rounding of a sum of N products
     # (about N * eps * max|x|), far above 1e-5 absolute; ONNX Runtime misses by 2.4e-4 too.
     "DFT": (1e-4, 5e-4, "outputs that cancel to 0 keep float32 rounding of an N-term sum"),

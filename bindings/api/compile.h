@@ -1,0 +1,47 @@
+#pragma once
+// compile(): turns an optimized model into something that runs. Every target goes through this
+// one call so the CLI (`nnfuse run`, `nnfuse compile`) and the Python module share it.
+//   reference     the fusion plan executed block by block with the reference interpreter
+//                 (or the whole graph when no plan exists)
+//   host, x86-*, arm-neon, ...   generated kernels (issue 6: kernels/ registers a backend here)
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "api/optimize.h"
+#include "graph/interpreter.h"
+
+namespace nnfuse {
+
+struct CompileOptions {
+  std::string target = "host";
+  int threads = 0;            // 0: physical cores
+  std::string cache_dir;      // "" = $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels
+};
+
+// A compiled model. run() is thread-safe: concurrent calls on one Executable are allowed.
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  virtual TensorMap run(const TensorMap& feeds) const = 0;
+  // target, kernels, compile times, memory plan, ... for reports.
+  virtual nlohmann::json info() const = 0;
+  // Per-kernel timings of the last profiled run (empty when the backend does not profile).
+  virtual nlohmann::json profile(const TensorMap& feeds) const { return nlohmann::json::array(); }
+};
+
+// A backend compiles an optimized model (graph after rewriting + its fusion plan) for targets it
+// claims. kernels/ registers the CPU generator; later issues add OpenCL and CUDA.
+struct Backend {
+  std::string name;
+  std::function<bool(const std::string& target)> handles;
+  std::function<std::unique_ptr<Executable>(const Model& m, const FusionPlan* plan, const CompileOptions& o)> compile;
+};
+void register_backend(Backend b);
+
+// Compiles an optimized model. `plan` may be null (no fusion: one kernel per operator).
+// Throws Unsupported naming the target when no backend handles it.
+std::unique_ptr<Executable> compile(const Model& m, const FusionPlan* plan, const CompileOptions& o);
+
+}  // namespace nnfuse

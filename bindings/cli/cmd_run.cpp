@@ -1,0 +1,267 @@
+// nnfuse run MODEL: run a model on given (.npy) or random inputs and report outputs and latency.
+// This issue supports --target reference (the interpreter) and --pipeline none; the compiled
+// targets and the optimize pipelines plug in here when they land.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include "api/optimize.h"
+#include "commands.h"
+#include "graph/error.h"
+#include "graph/interpreter.h"
+#include "graph/npy.h"
+#include "graph/shape_inference.h"
+#include "report.h"
+
+namespace nnfuse::cli {
+
+namespace {
+
+const std::vector<std::string> kSupportedTargets = {"reference"};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+void check_choice(const ParsedArgs& args, const std::string& option, const std::string& value,
+                  const std::vector<std::string>& supported) {
+  if (std::find(supported.begin(), supported.end(), value) == supported.end())
+    throw UsageError(option + " '" + value + "' is not supported yet; supported now: " + join(supported), args.spec->usage_line());
+}
+
+struct Feed {
+  std::string name;
+  std::string source;  // file path, or "random"
+  Tensor tensor;
+};
+
+// Loads the --input NAME=FILE.npy feeds, checks them against the model's declared inputs, and binds
+// symbolic input dims to the shapes the files carry (so shapes below are inferred concretely).
+std::vector<Feed> load_feeds(const ParsedArgs& args, Graph& g) {
+  std::vector<Feed> feeds;
+  std::set<std::string> seen;
+  for (auto& spec : args.all("--input")) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      throw UsageError("--input '" + spec + "': expected NAME=FILE.npy", args.spec->usage_line());
+    std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
+    if (!seen.insert(name).second) throw UsageError("--input given twice for input '" + name + "'", args.spec->usage_line());
+    if (!g.is_input(name) || g.is_initializer(name))
+      fail(ErrorKind::Invalid, "--input names '" + name + "', which is not a model input (inputs: " + join(g.inputs()) + ")");
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec))
+      fail(ErrorKind::Io, "input '" + name + "': cannot read '" + file + "': no such file");
+    Tensor t;
+    try {
+      t = load_npy(file);
+    } catch (const Error& e) {
+      fail(e.kind(), "input '" + name + "': " + e.what());
+    }
+    const TensorType& want = g.type(name);
+    if (want.dtype != DType::Undefined && want.dtype != t.dtype())
+      fail(ErrorKind::Invalid, "input '" + name + "' from '" + file + "' has dtype " + dtype_name(t.dtype()) + ", the model expects " + want.str());
+    if (want.has_shape) {
+      bool ok = int64_t(want.dims.size()) == t.rank();
+      for (size_t i = 0; ok && i < want.dims.size(); ++i)
+        if (want.dims[i].known() && want.dims[i].value != t.shape()[i]) ok = false;
+      if (!ok)
+        fail(ErrorKind::Invalid, "input '" + name + "' from '" + file + "' has shape " + shape_str(t.shape()) + ", the model expects " + want.str());
+    }
+    feeds.push_back({name, file, t});
+  }
+  if (feeds.empty()) return feeds;
+  for (auto& name : g.inputs())
+    if (!g.is_initializer(name) && !seen.count(name))
+      fail(ErrorKind::Invalid, "missing input '" + name + "' (" + g.type(name).str() + "): give --input " + name +
+                                   "=FILE.npy, or no --input at all for random inputs");
+  std::map<std::string, Shape> bind;
+  for (auto& f : feeds)
+    if (!g.type(f.name).is_static()) bind[f.name] = f.tensor.shape();
+  if (!bind.empty()) bind_input_shapes(g, bind);
+  return feeds;
+}
+
+struct Timing {
+  double median = 0, min = 0;
+};
+
+Timing summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.min = ms.front();
+  size_t n = ms.size();
+  t.median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  return t;
+}
+
+// min / max / mean of a numeric tensor, for the text report.
+std::string value_summary(const Tensor& t) {
+  if (t.numel() == 0) return "empty";
+  if (t.dtype() == DType::String || t.dtype() == DType::Undefined) return "";
+  Tensor d = t.cast(DType::Float64);
+  const double* p = d.data<double>();
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0;
+  for (int64_t i = 0; i < d.numel(); ++i) {
+    lo = std::min(lo, p[i]);
+    hi = std::max(hi, p[i]);
+    sum += p[i];
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "min %.6g  max %.6g  mean %.6g", lo, hi, sum / double(d.numel()));
+  return buf;
+}
+
+int run_run(const ParsedArgs& args) {
+  const std::string target = args.get("--target", "reference");
+  const std::string pipeline = args.get("--pipeline", "none");
+  check_choice(args, "--target", target, kSupportedTargets);
+  const int64_t runs = args.get_int("--runs", 1, 1, 1000000);
+  const int64_t threads = args.get_int("--threads", 1, 1, 4096);
+  const int64_t seed = args.get_int("--seed", 0, 0, std::numeric_limits<int64_t>::max());
+
+  const std::string path = args.positional(0);
+  Model m = load_model_file(path, shape_bindings(args));
+  Graph& g = m.graph;
+
+  std::vector<Feed> feeds = load_feeds(args, g);
+  bool random = feeds.empty();
+  if (random)
+    for (auto& [name, t] : random_feeds(g, uint64_t(seed))) feeds.push_back({name, "random", t});
+  TensorMap feed_map;
+  for (auto& f : feeds) feed_map[f.name] = f.tensor;
+
+  // Output files: one .npy per graph output, names made safe (and distinct) for the filesystem.
+  // The directory is made before running, so that a bad path fails before a long run.
+  std::map<std::string, std::string> files;
+  if (args.has("--outputs")) {
+    std::filesystem::path dir = args.get("--outputs");
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec || !std::filesystem::is_directory(dir))
+      fail(ErrorKind::Io, "--outputs '" + dir.string() + "': cannot create directory" + (ec ? ": " + ec.message() : ""));
+    std::set<std::string> used;
+    for (auto& name : g.outputs()) {
+      std::string base = sanitize_file_name(name), file = base + ".npy";
+      for (int k = 1; used.count(file); ++k) file = base + "_" + std::to_string(k) + ".npy";
+      used.insert(file);
+      files[name] = (dir / file).string();
+    }
+  }
+
+  // With a pipeline, the model is rewritten and planned, and the reference interpreter runs the
+  // fusion plan block by block (each block extracted as its own graph): the check that a plan
+  // computes what the unfused graph does.
+  std::optional<OptimizeResult> opt;
+  if (pipeline != "none" || args.has("--pipeline-file")) {
+    OptimizeOptions o;
+    o.pipeline = pipeline;
+    o.pipeline_file = args.get("--pipeline-file");
+    o.rule_files = args.all("--rules");
+    o.target = target;
+    o.profile = !args.has("--no-profile");
+    opt = optimize(m, o);
+  }
+  Interpreter interp(g);
+  TensorMap result;
+  std::vector<double> times;
+  for (int64_t r = 0; r < runs; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    result = opt && opt->plan ? run_plan_reference(g, *opt->plan, feed_map) : interp.run(feed_map);
+    auto t1 = std::chrono::steady_clock::now();
+    times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  Timing timing = summarize(times);
+  for (auto& [name, file] : files) save_npy(result.at(name), file);
+
+  if (args.json()) {
+    json j;
+    j["model"] = path;
+    j["target"] = target;
+    j["pipeline"] = opt ? json(opt->pipeline.name) : json(pipeline);
+    j["kernels"] = opt ? opt->report["kernels"] : json(count_operators(g));
+    j["ops_before"] = opt ? opt->report["ops_before"] : json(count_operators(g));
+    j["threads"] = threads;
+    j["threads_used"] = 1;  // the reference interpreter is single-threaded
+    j["seed"] = random ? json(seed) : json(nullptr);
+    json ins = json::array();
+    for (auto& f : feeds) {
+      json e = tensor_info_json(f.tensor);
+      e["name"] = f.name;
+      e["source"] = f.source;
+      ins.push_back(e);
+    }
+    j["inputs"] = ins;
+    json outs = json::array();
+    for (auto& name : g.outputs()) {
+      json e = tensor_info_json(result.at(name));
+      e["name"] = name;
+      e["file"] = files.count(name) ? json(files[name]) : json(nullptr);
+      outs.push_back(e);
+    }
+    j["outputs"] = outs;
+    j["runs"] = runs;
+    j["latency_ms"] = {{"median", timing.median}, {"min", timing.min}};
+    print_json(j);
+    return 0;
+  }
+  std::cout << "model: " << path << "  target: " << target << "  pipeline: " << pipeline << "\n";
+  std::cout << "inputs:\n";
+  for (auto& f : feeds)
+    std::cout << "  " << f.name << "  " << dtype_name(f.tensor.dtype()) << shape_str(f.tensor.shape()) << "  from "
+              << (f.source == "random" ? "random (seed " + std::to_string(seed) + ")" : f.source) << "\n";
+  std::cout << "outputs:\n";
+  for (auto& name : g.outputs()) {
+    const Tensor& t = result.at(name);
+    std::cout << "  " << name << "  " << dtype_name(t.dtype()) << shape_str(t.shape()) << "  " << value_summary(t);
+    if (files.count(name)) std::cout << "  -> " << files[name];
+    std::cout << "\n";
+  }
+  std::cout << "latency: median " << human_ms(timing.median) << ", min " << human_ms(timing.min) << " over " << runs
+            << " run" << (runs > 1 ? "s" : "") << " (reference interpreter, 1 thread";
+  if (threads != 1) std::cout << "; --threads " << threads << " has no effect on it";
+  std::cout << ")\n";
+  return 0;
+}
+
+}  // namespace
+
+Command run_command() {
+  CommandSpec s;
+  s.name = "run";
+  s.summary = "run a model on .npy or random inputs; write outputs, time it";
+  s.positionals = {{"MODEL", "an .onnx file"}};
+  s.options = {
+      {"--target", "", "T", "where to run; supported now: reference (the interpreter; default)"},
+      {"--pipeline", "", "P", "none (the graph as imported; default), auto, or a pipeline name: the model is rewritten and its fusion plan run block by block"},
+      {"--pipeline-file", "", "FILE", "a pipeline file to run instead of --pipeline"},
+      {"--rules", "", "FILE", "a user rule file for the pipeline's rule passes", true},
+      {"--no-profile", "", "", "settle undecided fusions by the cost model alone"},
+      {"--shape", "", "NAME=DIMS", "bind a model input's dims, e.g. --shape input=1,3,224,224", true},
+      {"--input", "", "NAME=FILE.npy", "feed input NAME from a .npy file (give all inputs, or none)", true},
+      {"--seed", "", "N", "seed of the random inputs used when no --input is given (default 0)"},
+      {"--outputs", "", "DIR", "write one .npy per graph output into DIR (created if missing)"},
+      {"--runs", "", "N", "run N times and report the median and min latency (default 1)"},
+      {"--threads", "", "T", "thread count; accepted and reported, but the reference interpreter is single-threaded"},
+      {"--json", "", "", "print one JSON object on stdout instead of text"},
+  };
+  s.description =
+      "Imports MODEL and runs it. Inputs come from --input files (every input then needs one; their\n"
+      "dtypes and shapes must match the model, and they bind its dynamic dims) or, without --input,\n"
+      "are random (floats uniform in [-1,1), integers in [0,10)) from --seed. Dynamic dims of random\n"
+      "inputs must be bound with --shape. Output files are named after the outputs, with characters\n"
+      "other than letters, digits, '.', '_' and '-' replaced by '_'.\n"
+      "Only --target reference exists for now (compiled targets come later); with a pipeline other\n"
+      "than none it runs the fusion plan block by block through the reference interpreter.";
+  s.examples = {"nnfuse run model.onnx --input x=x.npy --outputs out/ --runs 10 --json",
+                "nnfuse run bert.onnx --shape input_ids=1,128 --shape attention_mask=1,128 --seed 3"};
+  return {s, run_run};
+}
+
+}  // namespace nnfuse::cli

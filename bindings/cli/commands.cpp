@@ -1,0 +1,19 @@
+#include "commands.h"
+
+namespace nnfuse::cli {
+
+const std::vector<Command>& all_commands() {
+  static const std::vector<Command> commands = {
+      inspect_command(),
+      convert_command(),
+      optimize_command(),
+      run_command(),
+      zoo_list_command(),
+      zoo_export_command(),
+      demo_command(),
+      rules_check_command(),
+  };
+  return commands;
+}
+
+}  // namespace nnfuse::cli

@@ -1,0 +1,218 @@
+// fold-batchnorm: BatchNormalization (inference) after an anchor with constant weights becomes
+// new constant weights and bias of the anchor:
+//   y = scale * (x - mean) / sqrt(var + eps) + B = x * a + b,  a = scale / sqrt(var + eps),
+//   b = B - mean * a  (per channel, BN axis 1)
+// - Conv:          W'[m, ...] = W[m, ...] * a[m];       bias' = bias * a + b
+// - ConvTranspose: W[c, j, ...] feeds output channel (c / (C/group)) * (M/group) + j
+// - Gemm (2-D output [N, M]): the columns of op(B) scaled; C' = beta*C*a + b, beta := 1
+// - MatMul with a constant 2-D weight and a 2-D output: W' columns scaled, then Add(b)
+// Condition: the anchor's output is read only by the BN (and is no graph output); the BN's
+// parameters, the anchor's weight and bias are float32 constants of the right sizes; the BN's
+// optional outputs (training statistics) are unused.
+// The rebuilt anchor produces the BN's output name, so readers and graph outputs stay wired.
+#include <cmath>
+
+#include "rewrite/passes_util.h"
+
+namespace nnfuse::passes {
+namespace {
+
+struct BnParams {
+  std::vector<float> a, b;  // y = x * a + b per channel
+};
+
+const Tensor* float_const(const Graph& g, const Node& n, size_t slot) {
+  if (slot >= n.inputs.size() || n.inputs[slot].empty()) return nullptr;
+  const Tensor* t = g.constant_value(n.inputs[slot]);
+  return t && t->dtype() == DType::Float32 ? t : nullptr;
+}
+
+std::optional<BnParams> bn_params(const Graph& g, const Node& bn) {
+  if (bn.inputs.size() < 5 || bn.attrs.get_int("training_mode", 0) != 0) return std::nullopt;
+  if (g.opset() < 7 && bn.attrs.get_int("is_test", 0) == 0) return std::nullopt;
+  if (bn.attrs.has("spatial") && bn.attrs.get_int("spatial", 1) != 1) return std::nullopt;
+  for (size_t k = 1; k < bn.outputs.size(); ++k)
+    if (!bn.outputs[k].empty() && (!g.consumers(bn.outputs[k]).empty() || g.is_output(bn.outputs[k]))) return std::nullopt;
+  const Tensor *s = float_const(g, bn, 1), *B = float_const(g, bn, 2), *m = float_const(g, bn, 3), *v = float_const(g, bn, 4);
+  if (!s || !B || !m || !v) return std::nullopt;
+  int64_t C = s->numel();
+  if (s->rank() != 1 || B->numel() != C || m->numel() != C || v->numel() != C) return std::nullopt;
+  float eps = bn.attrs.get_float("epsilon", 1e-5f);
+  auto sv = s->to_float_vector(), Bv = B->to_float_vector(), mv = m->to_float_vector(), vv = v->to_float_vector();
+  BnParams p;
+  for (int64_t c = 0; c < C; ++c) {
+    float a = sv[size_t(c)] / std::sqrt(vv[size_t(c)] + eps);
+    p.a.push_back(a);
+    p.b.push_back(Bv[size_t(c)] - mv[size_t(c)] * a);
+  }
+  return p;
+}
+
+// New anchor inputs (and, for MatMul, a bias to add after it) or nullopt when the anchor does not fit.
+struct Folded {
+  std::vector<std::string> inputs;
+  Attributes attrs;
+  std::string add_bias;  // MatMul: initializer added after the new MatMul
+};
+
+std::optional<Folded> fold_conv(Graph& g, const Node& conv, const BnParams& p, bool transpose) {
+  const Tensor* W = float_const(g, conv, 1);
+  if (!W || W->rank() < 3) return std::nullopt;
+  int64_t group = conv.attrs.get_int("group", 1);
+  int64_t M = transpose ? W->dim(1) * group : W->dim(0);
+  if (M != int64_t(p.a.size()) || group <= 0) return std::nullopt;
+  const Tensor* bias = nullptr;
+  if (conv.inputs.size() > 2 && !conv.inputs[2].empty()) {
+    bias = float_const(g, conv, 2);
+    if (!bias || bias->numel() != M) return std::nullopt;
+  }
+  Tensor W2 = W->clone();
+  float* w = W2.data<float>();
+  int64_t d0 = W->dim(0), d1 = W->dim(1), inner = W->numel() / (d0 * d1);
+  for (int64_t i = 0; i < d0; ++i)
+    for (int64_t j = 0; j < d1; ++j) {
+      int64_t m = transpose ? (i / (d0 / group)) * d1 + j : i;
+      float a = p.a[size_t(m)];
+      float* row = w + (i * d1 + j) * inner;
+      for (int64_t k = 0; k < inner; ++k) row[k] *= a;
+    }
+  std::vector<float> b(static_cast<size_t>(M));
+  auto bv = bias ? bias->to_float_vector() : std::vector<float>(size_t(M), 0.f);
+  for (int64_t m = 0; m < M; ++m) b[size_t(m)] = bv[size_t(m)] * p.a[size_t(m)] + p.b[size_t(m)];
+  Folded f;
+  f.inputs = {conv.inputs[0], add_initializer(g, conv.inputs[1] + "_bnfold", W2),
+              add_initializer(g, (bias ? conv.inputs[2] : conv.inputs[1]) + "_bnfold_bias", Tensor::from_vector<float>({M}, b))};
+  f.attrs = conv.attrs;
+  return f;
+}
+
+// Scales the columns (output features) of a [K, M] matrix, or the rows of an [M, K] one.
+Tensor scale_features(const Tensor& W, const std::vector<float>& a, bool features_first) {
+  Tensor W2 = W.clone();
+  float* w = W2.data<float>();
+  int64_t R = W.dim(0), Ccols = W.dim(1);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < Ccols; ++c) w[r * Ccols + c] *= a[size_t(features_first ? r : c)];
+  return W2;
+}
+
+std::optional<Folded> fold_gemm(Graph& g, const Node& gemm, const BnParams& p) {
+  const Tensor* B = float_const(g, gemm, 1);
+  if (!B || B->rank() != 2) return std::nullopt;
+  bool transB = gemm.attrs.get_int("transB", 0) != 0;
+  int64_t M = transB ? B->dim(0) : B->dim(1);
+  if (M != int64_t(p.a.size())) return std::nullopt;
+  if (g.type(gemm.outputs[0]).rank() != 2) return std::nullopt;
+  float beta = gemm.attrs.get_float("beta", 1.0f);
+  // The new bias: [M], or [N, M] when C varies along N.
+  const Tensor* C = nullptr;
+  if (gemm.inputs.size() > 2 && !gemm.inputs[2].empty()) {
+    C = float_const(g, gemm, 2);
+    if (!C || C->rank() > 2) return std::nullopt;
+  }
+  bool per_row = C && C->rank() == 2 && C->dim(0) != 1;
+  int64_t N = per_row ? C->dim(0) : 1;
+  if (C && C->rank() >= 1 && C->dim(-1) != 1 && C->dim(-1) != M) return std::nullopt;
+  int64_t rows = per_row ? N : 1;
+  std::vector<float> nb(size_t(rows * M));
+  std::vector<float> cv = C ? C->to_float_vector() : std::vector<float>{};
+  for (int64_t n = 0; n < rows; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      float c = 0;
+      if (C) {
+        int64_t cr = C->rank() == 2 && C->dim(0) != 1 ? n : 0;
+        int64_t cc = C->rank() >= 1 && C->dim(-1) != 1 ? m : 0;
+        int64_t ncols = C->rank() >= 1 ? C->dim(-1) : 1;
+        c = cv[size_t(cr * ncols + cc)];
+      }
+      nb[size_t(n * M + m)] = beta * c * p.a[size_t(m)] + p.b[size_t(m)];
+    }
+  Folded f;
+  f.inputs = {gemm.inputs[0], add_initializer(g, gemm.inputs[1] + "_bnfold", scale_features(*B, p.a, transB)),
+              add_initializer(g, gemm.inputs[1] + "_bnfold_bias",
+                              per_row ? Tensor::from_vector<float>({N, M}, nb) : Tensor::from_vector<float>({M}, nb))};
+  f.attrs = gemm.attrs;
+  f.attrs.set("beta", Attribute::make_float(1.0f));
+  return f;
+}
+
+std::optional<Folded> fold_matmul(Graph& g, const Node& mm, const BnParams& p) {
+  const Tensor* W = float_const(g, mm, 1);
+  if (!W || W->rank() != 2 || W->dim(1) != int64_t(p.a.size())) return std::nullopt;
+  const TensorType& yt = g.type(mm.outputs[0]);
+  if (yt.rank() != 2) return std::nullopt;  // BN's channel axis 1 is the feature axis only in 2-D
+  int64_t M = W->dim(1);
+  Folded f;
+  f.inputs = {mm.inputs[0], add_initializer(g, mm.inputs[1] + "_bnfold", scale_features(*W, p.a, false))};
+  f.add_bias = add_initializer(g, mm.inputs[1] + "_bnfold_bias", Tensor::from_vector<float>({M}, p.b));
+  return f;
+}
+
+bool condition(const Graph& g, const Node& bn, const std::set<std::string>& body_reads) {
+  if (bn.op_type != "BatchNormalization" || !bn.domain.empty() || bn.inputs.empty()) return false;
+  auto p = g.producer(bn.inputs[0]);
+  if (!p || !single_use(g, bn.inputs[0]) || body_reads.count(bn.inputs[0])) return false;
+  const Node& anchor = g.node(*p);
+  if (!anchor.domain.empty() || anchor.outputs.size() != 1) return false;
+  const std::string& op = anchor.op_type;
+  return op == "Conv" || op == "ConvTranspose" || op == "Gemm" || op == "MatMul";
+}
+
+bool apply(Graph& g, NodeId bn_id, const std::set<std::string>& body_reads) {
+  Node bn = g.node(bn_id);
+  auto params = bn_params(g, bn);
+  if (!params) return false;
+  NodeId anchor_id = *g.producer(bn.inputs[0]);
+  Node anchor = g.node(anchor_id);
+  std::optional<Folded> f;
+  if (anchor.op_type == "Conv") f = fold_conv(g, anchor, *params, false);
+  else if (anchor.op_type == "ConvTranspose") f = fold_conv(g, anchor, *params, true);
+  else if (anchor.op_type == "Gemm") f = fold_gemm(g, anchor, *params);
+  else f = fold_matmul(g, anchor, *params);
+  if (!f) return false;
+  const std::string y = bn.outputs[0];
+  g.remove_node(bn_id, /*drop_outputs=*/false);
+  g.remove_node(anchor_id, /*drop_outputs=*/true);
+  if (f->add_bias.empty()) {
+    g.add_node(anchor.op_type, f->inputs, {y}, f->attrs, anchor.name, anchor.domain);
+  } else {
+    std::string mid = g.fresh_name(anchor.outputs[0]);
+    g.add_node(anchor.op_type, f->inputs, {mid}, f->attrs, anchor.name, anchor.domain);
+    g.set_type(mid, g.type(y));
+    g.add_node("Add", {mid, f->add_bias}, {y}, {}, bn.name);
+  }
+  // The replaced weights and BN parameters may have no readers left.
+  std::vector<std::string> old(anchor.inputs.begin() + 1, anchor.inputs.end());
+  old.insert(old.end(), bn.inputs.begin() + 1, bn.inputs.end());
+  for (auto& w : old)
+    if (!w.empty() && g.is_initializer(w) && !g.is_input(w) && !g.is_output(w) && g.consumers(w).empty() &&
+        !body_reads.count(w))
+      g.remove_initializer(w);
+  return true;
+}
+
+void run(PassContext& ctx, const PassArgs&) {
+  Graph& g = ctx.graph();
+  int folded = 0;
+  std::set<std::string> body_reads = names_read_by_subgraphs(g);
+  for (NodeId id : g.topo_order())
+    if (g.has_node(id) && condition(g, g.node(id), body_reads) && apply(g, id, body_reads)) ++folded;
+  if (folded) {
+    g.prune_values();
+    ctx.rules_fired["fold-batchnorm"] += folded;
+  }
+}
+
+}  // namespace
+
+void register_fold_batchnorm_pass() {
+  register_pass({"fold-batchnorm",
+                 "fold inference BatchNormalization into the weights of a preceding Conv, ConvTranspose, Gemm or "
+                 "MatMul with constant weights",
+                 {"shapes"},
+                 {"shapes"},
+                 false},
+                run);
+}
+
+}  // namespace nnfuse::passes
