@@ -24,8 +24,8 @@ struct Discard {};  // this random instance does not fit the pattern's ops: try 
 class Instance {
  public:
   Instance(const Rule& r, std::mt19937_64& rng, const GuardHints& hints) : r_(r), rng_(rng), hints_(hints) {
-    static const int64_t opsets[] = {13, 17, 18, 20};
-    opset_ = opsets[pick(4)];
+    static const int64_t opsets[] = {11, 13, 17, 18, 20};
+    opset_ = opsets[pick(5)];
     dtype_ = pick(4) == 0 ? DType::Float64 : DType::Float32;
     int rank_roll = pick(20);
     int rank = rank_roll == 0 ? 0 : rank_roll < 4 ? 1 : rank_roll < 10 ? 2 : rank_roll < 15 ? 3 : 4;
@@ -146,7 +146,8 @@ class Instance {
       return ints(pick(2) ? std::vector<int64_t>{-1} : std::vector<int64_t>{int64_t(pick(int(r)))});
     }
     Shape s;
-    bool is_const = hints_.constants.count(var) != 0;
+    // non_negative() holds provably for constants >= 0: such variables are made constants.
+    bool is_const = hints_.constants.count(var) != 0 || hints_.non_negative.count(var) != 0;
     if (parent_op == "Gemm" && slot == 1 && r != 2) throw Discard{};
     if ((parent_op == "MatMul" || parent_op == "Gemm") && slot == 1 && r >= 1) {
       bool tb = parent_attrs && parent_attrs->attrs.get_int("transB", 0) == 1;
@@ -184,7 +185,8 @@ class Instance {
     return n;
   }
 
-  Attribute gen_attr(const std::string& attr, const std::string& binding, const std::string& first_arg) {
+  Attribute gen_attr(const std::string& attr, const std::string& binding, const std::string& first_arg,
+                     const std::string& parent_op) {
     if (auto it = attrs_.find(binding); it != attrs_.end()) return it->second;
     int64_t r = first_arg.empty() ? 0 : int64_t(shape_of(first_arg).size());
     Attribute a;
@@ -195,6 +197,17 @@ class Instance {
       a = Attribute::make_ints(p);
     } else if (attr == "axes") {
       if (r == 0) throw Discard{};
+      // Rules relating two axes lists (Squeeze/Unsqueeze pairs) need them equal now and then.
+      for (auto& [k, v] : attrs_)
+        if (v.kind == Attribute::Kind::Ints && pick(2)) return attrs_[binding] = v;
+      if (parent_op == "Squeeze") {
+        Shape d = shape_of(first_arg);
+        std::vector<int64_t> ones;
+        for (size_t i = 0; i < d.size(); ++i)
+          if (d[i] == 1) ones.push_back(int64_t(i));
+        if (ones.empty()) throw Discard{};
+        return attrs_[binding] = Attribute::make_ints(ones);
+      }
       a = Attribute::make_ints(pick(2) ? std::vector<int64_t>{-1} : std::vector<int64_t>{int64_t(pick(int(r)))});
     } else if (attr == "axis") {
       a = Attribute::make_int(r ? pick(int(r)) : 0);
@@ -219,7 +232,17 @@ class Instance {
         vars_[t.name] = v;
         return v;
       }
-      case RuleTerm::Kind::Const: return add_const("lit", scalar_tensor(t.value));
+      case RuleTerm::Kind::Const: {
+        // A literal in an index position (Pad(x, 0), Tile(x, 1), Slice steps) is an int64 vector
+        // of that value, as long as the data's rank asks for.
+        int64_t r = first_arg.empty() ? -1 : int64_t(shape_of(first_arg).size());
+        int64_t len = -1;
+        if (slot == 1 && parent_op == "Pad") len = 2 * r;
+        else if ((slot == 1 && parent_op == "Tile") || (slot >= 1 && slot <= 4 && parent_op == "Slice") || (slot == 3 && parent_op == "Pad")) len = r;
+        if (len >= 0)
+          return add_const("lit", Tensor::from_vector<int64_t>({len}, std::vector<int64_t>(size_t(len), int64_t(t.value))));
+        return add_const("lit", scalar_tensor(t.value));
+      }
       case RuleTerm::Kind::Call: throw Discard{};
       case RuleTerm::Kind::Op: break;
     }
@@ -239,7 +262,7 @@ class Instance {
     }
     for (auto& a : t.attrs)
       if (!a.copy_all && a.value.kind == RuleExpr::Kind::AttrRef)
-        attrs_holder.attrs.set(a.name, gen_attr(a.name, a.value.text, ins.empty() ? "" : ins[0]));
+        attrs_holder.attrs.set(a.name, gen_attr(a.name, a.value.text, ins.empty() ? "" : ins[0], t.name));
     std::string out = g_.fresh_name(t.name);
     g_.add_node(t.name, ins, {out}, attrs_holder.attrs);
     if (!t.binding.empty()) vars_[t.binding] = out;

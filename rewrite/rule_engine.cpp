@@ -56,7 +56,8 @@ std::optional<Attribute> attr_default(const std::string& op, const std::string& 
 bool close(double a, double b) {
   if (a == b) return true;
   if (std::isnan(a) || std::isnan(b)) return false;
-  return std::fabs(a - b) <= 1e-6 * std::max({1.0, std::fabs(a), std::fabs(b)});
+  // Relative only: a literal 0 matches exactly 0 (an epsilon such as 1e-6 is not zero).
+  return std::fabs(a - b) <= 1e-6 * std::max(std::fabs(a), std::fabs(b));
 }
 
 // ---------------------------------------------------------------- guard values
@@ -655,6 +656,12 @@ class Builder {
     }
     NodeId old_root = g_.producer(m_.root_value).value();
     std::string old_name = g_.node(old_root).name;
+    // Inputs of the matched nodes: weights among them that nothing reads afterwards are dropped
+    // (a folded weight replaces the old one; keeping both would double the model's size).
+    std::set<std::string> matched_inputs;
+    for (NodeId id : m_.matched)
+      for (auto& i : g_.node(id).inputs)
+        if (!i.empty()) matched_inputs.insert(i);
     if (is_planned_root) {
       g_.remove_node(old_root, /*drop_outputs=*/false);
       const Node& pn = planned_.back();
@@ -683,6 +690,8 @@ class Builder {
         }
       }
     }
+    for (auto& i : matched_inputs)
+      if (g_.is_initializer(i) && g_.consumers(i).empty() && !g_.is_output(i) && !g_.is_input(i)) g_.remove_initializer(i);
     for (auto& [k, v] : m_.vars)
       if (g_.has_value(v)) out.touched_values.push_back(v);
     if (g_.has_value(out.root_value)) out.touched_values.push_back(out.root_value);
@@ -895,6 +904,7 @@ class Builder {
 };
 
 void collect_guard_vars(const RuleExpr& e, const std::string& fn, GuardHints& h) {
+  if (e.kind == RuleExpr::Kind::Not) return;  // `not const(x)`: x must not be made a constant
   if (e.kind == RuleExpr::Kind::Call) {
     for (auto& a : e.args) {
       if (a.kind == RuleExpr::Kind::Ident) {
@@ -917,7 +927,10 @@ bool same_type_strict(const TensorType& a, const TensorType& b) {
   for (size_t i = 0; i < a.dims.size(); ++i) {
     const Dim &x = a.dims[i], &y = b.dims[i];
     if (x.known() != y.known()) return false;
-    if (x.known() ? x.value != y.value : (x.symbol.empty() || x.symbol != y.symbol)) return false;
+    // Unknown dims ("?", no symbol) compare equal: inference on both sides is the same registry
+    // function, and a broadcast against a known dim > 1 makes the dim known, so a replacement
+    // that drops a broadcast shows up as a known-vs-unknown mismatch.
+    if (x.known() ? x.value != y.value : x.symbol != y.symbol) return false;
   }
   return true;
 }
@@ -1012,10 +1025,15 @@ RewriteResult apply_rules(Graph& g, const RuleSet& rules, const RewriteOptions& 
         }
       }
       for (NodeId n : applied->new_nodes) push_around(n);
+      // A bound value lost readers: patterns needing it single-use (as an interior node, or by a
+      // single_use guard) may match now at its remaining readers. A widely read value (a shared
+      // constant) cannot have become single-use: re-queueing its readers would make big graphs
+      // quadratic.
       for (auto& v : applied->touched_values) {
         if (!g.has_value(v)) continue;
-        if (auto p = g.producer(v)) push_around(*p);
-        for (auto& u : g.consumers(v)) push_around(u.node);
+        auto p = g.producer(v);
+        if (!p || g.consumers(v).size() > 4) continue;
+        push_around(*p);
       }
       if (res.applications >= budget) {
         std::map<std::string, int> counts;

@@ -37,7 +37,8 @@ struct GuardHints {
 };
 GuardHints guard_hints(const Rule& rule);
 
-// Strict type equality: dtype, rank and every dim known-and-equal or the same symbol.
+// Type equality for a replacement: dtype, rank and every dim equal (known and equal, the same
+// symbol, or both unknown).
 bool same_type_strict(const TensorType& a, const TensorType& b);
 
 }  // namespace nnfuse::rules_detail

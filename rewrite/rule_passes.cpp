@@ -12,6 +12,8 @@ namespace nnfuse {
 namespace fs = std::filesystem;
 
 std::string shipped_rules_dir() {
+  // $NNFUSE_DATA_DIR holds rules/ (and rules/pipelines/): the Python package points it at its data.
+  if (const char* env = std::getenv("NNFUSE_DATA_DIR"); env && *env) return (fs::path(env) / "rules").string();
   if (const char* env = std::getenv("NNFUSE_RULES_DIR"); env && *env) return env;
   std::vector<fs::path> candidates;
   std::error_code ec;

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "graph/builder.h"
+#include "graph/zoo.h"
 #include "graph/interpreter.h"
 #include "graph/shape_inference.h"
 #include "rewrite/pass.h"
@@ -485,26 +486,88 @@ TEST_CASE("rules check: a wrong rule is caught with a counter-example, shipped r
 }
 
 TEST_CASE("rules: timing of a generated 100k-node graph", "[rules][timing]") {
-  GraphBuilder b("big", 17);
-  auto x = b.input("x", DType::Float32, {4});
-  auto one = b.scalar("one", 1.0f), zero = b.scalar("zero", 0.0f), c = b.scalar("c", 2.0f);
-  std::string t = x;
-  // 25k blocks of four nodes: x*1, Neg(Neg(.)), (.*c)*c -> after rewriting one Mul per block.
+  // Built with the Graph API directly (GraphBuilder names nodes by a linear search).
+  Model m;
+  Graph& g = m.graph;
+  g.opset_imports[""] = 17;
+  g.add_input("x", TensorType::of(DType::Float32, {4}));
+  g.set_initializer("one", Tensor::scalar<float>(1.0f));
+  g.set_initializer("zero", Tensor::scalar<float>(0.0f));
+  g.set_initializer("c", Tensor::scalar<float>(2.0f));
+  int counter = 0;
+  std::string t = "x";
+  auto op = [&](const std::string& type, std::vector<std::string> ins) {
+    std::string out = "v" + std::to_string(counter++);
+    g.add_node(type, ins, {out}, {}, "n" + out);
+    return out;
+  };
+  // 12.5k blocks of eight nodes: x*1, Neg(Neg(.)), .+0, (.*c)*c, Relu(Exp(.)): three remain.
   for (int i = 0; i < 12500; ++i) {
-    t = b.op("Mul", {t, one});
-    t = b.op("Neg", {b.op("Neg", {t})});
-    t = b.op("Add", {t, zero});
-    t = b.op("Mul", {b.op("Mul", {t, c}), c});
-    t = b.op("Relu", {b.op("Exp", {t})});
+    t = op("Mul", {t, "one"});
+    t = op("Neg", {op("Neg", {t})});
+    t = op("Add", {t, "zero"});
+    t = op("Mul", {op("Mul", {t, "c"}), "c"});
+    t = op("Relu", {op("Exp", {t})});
   }
-  b.output(t);
-  Model m = b.finish();
-  size_t before = m.graph.num_nodes();
+  g.add_output(t);
+  infer_shapes(g);
+  size_t before = g.num_nodes();
+  RuleSet rules = all_shipped_rules();
   auto t0 = std::chrono::steady_clock::now();
-  RewriteResult r = apply_rules(m.graph, all_shipped_rules());
+  RewriteResult r = apply_rules(g, rules);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cout << "rewrite of a generated " << before << "-node graph: " << s << " s, " << r.applications << " applications, "
-            << m.graph.num_nodes() << " nodes after\n";
-  CHECK(m.graph.num_nodes() == 12500 * 3);
+  std::cout << "rewrite of a generated " << before << "-node graph with " << rules.rules.size() << " rules: " << s << " s, "
+            << r.applications << " applications, " << g.num_nodes() << " nodes after\n";
+  CHECK(g.num_nodes() == 12500 * 3);
   CHECK_FALSE(r.loop_stopped);
+  g.validate();
+}
+
+TEST_CASE("rules: tiny zoo models keep their outputs and lose operators", "[rules][zoo]") {
+  for (int64_t opset : {13, 17, 20}) {
+    for (auto& e : zoo_models()) {
+      if (!e.tiny) continue;
+      ZooOptions opt;
+      opt.opset = opset;
+      Model m = build_zoo_model(e.name, opt);
+      Graph before = m.graph;
+      RuleSet rules = all_shipped_rules();
+      RewriteOptions ro;
+      ro.verify = true;
+      RewriteResult r = apply_rules(m.graph, rules, ro);
+      infer_shapes(m.graph);
+      INFO(e.name << " opset " << opset);
+      CHECK_FALSE(r.loop_stopped);
+      CHECK(m.graph.num_nodes() <= before.num_nodes());
+      std::string fired;
+      for (auto& [k, v] : r.fired) fired += " " + k + "=" + std::to_string(v);
+      std::cout << e.name << " opset " << opset << ": " << before.num_nodes() << " -> " << m.graph.num_nodes() << " nodes;" << fired << "\n";
+      TensorMap feeds = random_feeds(before, 3);
+      TensorMap a = run_reference(before, feeds), b = run_reference(m.graph, feeds);
+      for (auto& [name, t] : a) {
+        REQUIRE(b.count(name));
+        const Tensor& u = b.at(name);
+        REQUIRE(u.shape() == t.shape());
+        if (!dtype_is_float(t.dtype())) continue;
+        double maxabs = 0, scale = 0;
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          maxabs = std::max(maxabs, std::fabs(t.as_double(i) - u.as_double(i)));
+          scale = std::max(scale, std::fabs(t.as_double(i)));
+        }
+        INFO("output " << name << " max abs diff " << maxabs << " (max |value| " << scale << ")");
+        CHECK(maxabs <= 1e-4 * std::max(1.0, scale));
+      }
+    }
+  }
+}
+
+TEST_CASE("rules: literal matching is relative (an epsilon is not zero)", "[rules]") {
+  GraphBuilder b("eps");
+  auto x = b.input("x", DType::Float32, {3});
+  b.output(b.op("Relu", {b.op("Add", {x, b.scalar("eps", 1e-6f)})}));
+  b.output(b.op("Relu", {b.op("Mul", {x, b.scalar("almost_one", 1.0f + 1e-7f)})}));  // float rounding of a literal 1
+  Model m = b.finish();
+  RewriteResult r = apply_rules(m.graph, all_shipped_rules());
+  CHECK(r.fired.count("add-zero") == 0);
+  CHECK(r.fired["mul-one"] == 1);
 }
