@@ -21,6 +21,8 @@ using Edge = boost::graph_traits<BGraph>::edge_descriptor;
 struct GraphImpl {
   BGraph g;
   std::unordered_map<NodeId, Vertex> vertex_of;
+  // Node name -> ids (ONNX does not force names to be unique); unnamed nodes are not indexed.
+  std::unordered_map<std::string, std::vector<NodeId>> nodes_by_name;
   std::unordered_map<std::string, Value> values;
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;

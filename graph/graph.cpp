@@ -92,6 +92,7 @@ Graph& Graph::operator=(const Graph& o) {
     }
     fresh->vertex_of[id] = boost::add_vertex(n, fresh->g);
   }
+  fresh->nodes_by_name = s.nodes_by_name;
   for (auto e : boost::make_iterator_range(boost::edges(s.g))) {
     NodeId a = s.g[boost::source(e, s.g)].id, b = s.g[boost::target(e, s.g)].id;
     boost::add_edge(fresh->vertex_of[a], fresh->vertex_of[b], s.g[e], fresh->g);
@@ -233,6 +234,7 @@ NodeId Graph::add_node(const std::string& op_type, const std::vector<std::string
   n.attrs = std::move(attrs);
   Vertex v = boost::add_vertex(n, I.g);
   I.vertex_of[n.id] = v;
+  if (!nm.empty()) I.nodes_by_name[nm].push_back(n.id);
   for (size_t k = 0; k < outs.size(); ++k) {
     if (outs[k].empty()) continue;
     declare_value(outs[k]);
@@ -249,6 +251,15 @@ NodeId Graph::add_node(const std::string& op_type, const std::vector<std::string
     if (val.producer != kNoNode) boost::add_edge(I.vertex(val.producer), v, EdgeData{ins[k], int(k)}, I.g);
   }
   return n.id;
+}
+
+static void unindex_name(GraphImpl& I, const std::string& name, NodeId id) {
+  if (name.empty()) return;
+  auto it = I.nodes_by_name.find(name);
+  if (it == I.nodes_by_name.end()) return;
+  auto& ids = it->second;
+  ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
+  if (ids.empty()) I.nodes_by_name.erase(it);
 }
 
 static void erase_use(Value& v, NodeId id, int slot) {
@@ -272,6 +283,7 @@ void Graph::remove_node(NodeId id, bool drop_outputs) {
   boost::clear_vertex(v, I.g);
   boost::remove_vertex(v, I.g);
   I.vertex_of.erase(id);
+  unindex_name(I, n.name, id);
   // Inputs that nothing uses any more and that are plain intermediate values are dropped lazily
   // by prune_values(); they may be reused by the caller.
 }
@@ -279,7 +291,12 @@ void Graph::remove_node(NodeId id, bool drop_outputs) {
 bool Graph::has_node(NodeId id) const { return impl_->vertex_of.count(id) != 0; }
 const Node& Graph::node(NodeId id) const { return impl_->g[impl_->vertex(id)]; }
 Attributes& Graph::attrs(NodeId id) { return impl_->g[impl_->vertex(id)].attrs; }
-void Graph::set_node_name(NodeId id, const std::string& nm) { impl_->g[impl_->vertex(id)].name = nm; }
+void Graph::set_node_name(NodeId id, const std::string& nm) {
+  Node& n = impl_->g[impl_->vertex(id)];
+  unindex_name(*impl_, n.name, id);
+  n.name = nm;
+  if (!nm.empty()) impl_->nodes_by_name[nm].push_back(id);
+}
 void Graph::set_node_doc(NodeId id, const std::string& doc) { impl_->g[impl_->vertex(id)].doc = doc; }
 size_t Graph::num_nodes() const { return impl_->vertex_of.size(); }
 
@@ -293,9 +310,9 @@ std::vector<NodeId> Graph::node_ids() const {
 
 NodeId Graph::find_node(const std::string& nm) const {
   if (nm.empty()) return kNoNode;
-  for (auto v : boost::make_iterator_range(boost::vertices(impl_->g)))
-    if (impl_->g[v].name == nm) return impl_->g[v].id;
-  return kNoNode;
+  auto it = impl_->nodes_by_name.find(nm);
+  if (it == impl_->nodes_by_name.end() || it->second.empty()) return kNoNode;
+  return *std::min_element(it->second.begin(), it->second.end());
 }
 
 static void remove_edge_for(GraphImpl& I, NodeId consumer, int slot) {

@@ -268,3 +268,17 @@ TEST_CASE("a large chain stays fast to build, sort and validate", "[ir]") {
   REQUIRE(g.topo_order().size() == 100000);
   g.validate();
 }
+
+TEST_CASE("find_node follows renames, removals and duplicate names", "[ir]") {
+  Graph g = diamond();
+  NodeId B = g.find_node("B");
+  g.set_node_name(B, "renamed");
+  REQUIRE(g.find_node("B") == kNoNode);
+  REQUIRE(g.find_node("renamed") == B);
+  NodeId dup = g.add_node("Relu", {"x"}, {"extra"}, {}, "renamed");  // ONNX allows repeated names
+  REQUIRE(g.find_node("renamed") == B);                               // the first one wins
+  g.remove_node(B, false);
+  REQUIRE(g.find_node("renamed") == dup);
+  Graph copy = g;
+  REQUIRE(copy.find_node("renamed") == dup);
+}
