@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "fusion/planner.h"
+#include "kernels/cpu_model.h"
 
 namespace nnfuse {
 
@@ -38,7 +39,47 @@ std::vector<Backend>& backends() {
   return b;
 }
 
+// The CPU code generator (kernels/): host, x86-avx2, x86-avx512, arm-neon.
+class CpuExecutable : public Executable {
+ public:
+  explicit CpuExecutable(std::unique_ptr<CpuModel> m) : m_(std::move(m)) {}
+  TensorMap run(const TensorMap& feeds) const override { return m_->run(feeds); }
+  nlohmann::json info() const override { return m_->info(); }
+  nlohmann::json profile(const TensorMap& feeds) const override { return m_->profile(feeds); }
+  const CpuModel& model() const { return *m_; }
+
+ private:
+  std::unique_ptr<CpuModel> m_;
+};
+
+void register_builtin_backends() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Backend b;
+    b.name = "cpu";
+    b.handles = [](const std::string& t) { return is_cpu_target(t); };
+    b.compile = [](const Model& m, const FusionPlan* plan, const CompileOptions& o) -> std::unique_ptr<Executable> {
+      CpuCompileOptions co;
+      co.target = o.target;
+      co.threads = o.threads;
+      co.cache_dir = o.cache_dir;
+      return std::make_unique<CpuExecutable>(CpuModel::build(m.graph, plan, co));
+    };
+    register_backend(std::move(b));
+  });
+}
+
 }  // namespace
+
+std::unique_ptr<Executable> load_compiled(const std::string& dir, int threads) {
+  return std::make_unique<CpuExecutable>(CpuModel::load(dir, threads));
+}
+
+void save_compiled(const Executable& e, const std::string& dir) {
+  auto* c = dynamic_cast<const CpuExecutable*>(&e);
+  if (!c) fail(ErrorKind::Unsupported, "only models compiled for a CPU target can be saved as an artifact");
+  c->model().save(dir);
+}
 
 void register_backend(Backend b) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -48,10 +89,11 @@ void register_backend(Backend b) {
 std::unique_ptr<Executable> compile(const Model& m, const FusionPlan* plan, const CompileOptions& o) {
   if (o.target == "reference") return std::make_unique<ReferenceExecutable>(m, plan);
   target_by_name(o.target);  // unknown names fail with the list of targets
+  register_builtin_backends();
   std::lock_guard<std::mutex> lock(g_mu);
   for (auto& b : backends())
     if (b.handles(o.target)) return b.compile(m, plan, o);
-  fail(ErrorKind::Unsupported, "no code generator for target '" + o.target + "' yet (available: reference)");
+  fail(ErrorKind::Unsupported, "no code generator for target '" + o.target + "' yet (available: reference, host, x86-avx2, x86-avx512, arm-neon)");
 }
 
 }  // namespace nnfuse

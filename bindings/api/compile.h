@@ -44,4 +44,9 @@ void register_backend(Backend b);
 // Throws Unsupported naming the target when no backend handles it.
 std::unique_ptr<Executable> compile(const Model& m, const FusionPlan* plan, const CompileOptions& o);
 
+// Deployable artifacts of CPU targets (`nnfuse compile -o DIR`): a shared library, the optimized
+// model with its weights, and the plan. Loading needs no compiler.
+void save_compiled(const Executable& e, const std::string& dir);
+std::unique_ptr<Executable> load_compiled(const std::string& dir, int threads = 0);
+
 }  // namespace nnfuse

@@ -8,31 +8,24 @@
 #include "fusion/fusion_pass.h"
 #include "fusion/plan_report.h"
 #include "graph/op_registry.h"
+#include "rewrite/passes.h"
+#include "rewrite/rule_passes.h"
 
-#ifndef NNFUSE_SOURCE_DIR
-#define NNFUSE_SOURCE_DIR ""
-#endif
 
 namespace nnfuse {
 
 void register_all_passes() {
   static std::once_flag once;
   std::call_once(once, [] {
+    register_structural_passes();
+    register_rule_passes();
     register_fusion_passes();
   });
 }
 
 std::string data_dir() {
-  namespace fs = std::filesystem;
-  if (const char* d = std::getenv("NNFUSE_DATA_DIR"); d && *d) return d;
-  // Installed layout: <prefix>/bin/nnfuse and <prefix>/share/nnfuse/rules.
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path share = exe.parent_path().parent_path() / "share" / "nnfuse";
-    if (fs::exists(share / "rules" / "pipelines", ec)) return share.string();
-  }
-  return NNFUSE_SOURCE_DIR;
+  // One lookup for every shipped data file: the directory that holds rules/ (see shipped_rules_dir).
+  return std::filesystem::path(shipped_rules_dir()).parent_path().string();
 }
 
 size_t count_operators(const Graph& g) {

@@ -8,10 +8,13 @@ const std::vector<Command>& all_commands() {
       convert_command(),
       optimize_command(),
       run_command(),
+      compile_command(),
       zoo_list_command(),
       zoo_export_command(),
       demo_command(),
+      ops_command(),
       rules_check_command(),
+      tune_pipeline_command(),
   };
   return commands;
 }

@@ -25,6 +25,9 @@ Command zoo_export_command();
 Command demo_command();
 Command rules_check_command();
 Command optimize_command();
+Command compile_command();
+Command ops_command();
+Command tune_pipeline_command();
 
 // Every command, in the order `nnfuse --help` lists them. Names with a space ("zoo list") are
 // subcommands of a group ("zoo").

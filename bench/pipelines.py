@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Pipelines: which passes change the IR of which network class, and full vs class pipelines.
+
+1. Exports every zoo model (tiny and full-size; transformers at opsets 13 and 17) and runs
+   `nnfuse optimize MODEL --pipeline full --no-profile --json` on each, recording per pass whether
+   it changed the IR (structural hash) and its time.
+2. Aggregates per network class (the zoo's class): the passes that changed the IR of at least one
+   model of the class. The derived class pipeline keeps those, in full's order, plus `rules-user`
+   (user rules must always run) and `fusion-plan`. With --write the pipelines are written to
+   rules/pipelines/<class>.pipeline.
+3. Runs `--pipeline <class>` and `--pipeline auto` on every model and compares kernels and
+   optimizer time (sum of pass ms and optimize_ms, median of --repeats runs) with full; with
+   --latency and a compiled host target, also `nnfuse run --target host` latency for a few models.
+
+Usage:
+  python3 bench/pipelines.py [--cli build-x/bindings/nnfuse] [--write] [--repeats 3]
+                             [--only resnet_tiny,bert_tiny] [--json-out results.json] [--md-out table.md]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRANSFORMERS = {"transformer_encoder", "transformer_decoder"}
+ALWAYS_KEEP = {"rules-user", "fusion-plan"}
+
+
+def sh(cmd: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def optimize(cli: str, model: Path, pipeline: str) -> dict:
+    r = sh([cli, "optimize", str(model), "--pipeline", pipeline, "--no-profile", "--json"])
+    if r.returncode != 0:
+        raise RuntimeError(f"optimize {model} --pipeline {pipeline}: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def pass_ms(rep: dict) -> float:
+    return sum(p["ms"] for p in rep["passes"])
+
+
+def timed(cli: str, model: Path, pipeline: str, repeats: int) -> dict:
+    reps = [optimize(cli, model, pipeline) for _ in range(repeats)]
+    first = reps[0]
+    return {
+        "pipeline_name": first["pipeline_name"],
+        "pipeline": first["pipeline"],
+        "network_class": first["network_class"],
+        "network_class_secondary": first.get("network_class_secondary"),
+        "kernels": first["kernels"],
+        "ops_after_rewrite": first["ops_after_rewrite"],
+        "pass_ms": statistics.median(pass_ms(r) for r in reps),
+        "optimize_ms": statistics.median(r["optimize_ms"] for r in reps),
+        "passes": [{"name": p["name"], "changed": p["changed"],
+                    "ms": statistics.median(r["passes"][i]["ms"] for r in reps)} for i, p in enumerate(first["passes"])],
+        "kernel_counts_stable": len({r["kernels"] for r in reps}) == 1,
+    }
+
+
+def export_models(cli: str, cache: Path, only: set[str] | None) -> list[dict]:
+    zoo = json.loads(sh([cli, "zoo", "list", "--json"]).stdout)
+    zoo = zoo["models"] if isinstance(zoo, dict) else zoo
+    cache.mkdir(parents=True, exist_ok=True)
+    out = []
+    for m in zoo:
+        if only and m["name"] not in only:
+            continue
+        cls = m.get("network_class", m.get("class"))
+        for opset in ([13, 17] if cls in TRANSFORMERS else [13]):
+            path = cache / f"{m['name']}_op{opset}.onnx"
+            if not path.exists():
+                t0 = time.time()
+                r = sh([cli, "zoo", "export", m["name"], "-o", str(path), "--opset", str(opset)])
+                if r.returncode != 0:
+                    raise RuntimeError(f"export {m['name']}: {r.stderr}")
+                print(f"  exported {path.name} in {time.time() - t0:.1f} s", file=sys.stderr)
+            out.append({"name": m["name"], "id": f"{m['name']}@{opset}", "opset": opset, "class": cls,
+                        "tiny": bool(m.get("tiny")), "path": path})
+    return out
+
+
+def derive(full_runs: dict, models: list[dict], full_order: list[str]) -> dict[str, dict]:
+    by_class: dict[str, dict] = {}
+    for m in models:
+        c = by_class.setdefault(m["class"], {"models": [], "changed": {}})
+        c["models"].append(m["id"])
+        for p in full_runs[m["id"]]["passes"]:
+            c["changed"].setdefault(p["name"], [])
+            if p["changed"]:
+                c["changed"][p["name"]].append(m["id"])
+    for cls, c in by_class.items():
+        c["keep"] = [p for p in full_order if c["changed"].get(p) or p in ALWAYS_KEEP]
+    return by_class
+
+
+def write_pipeline(cls: str, c: dict, full_order: list[str]) -> None:
+    lines = [f"# Pipeline for the {cls} class (chosen by --pipeline auto), derived by bench/pipelines.py:",
+             "# the passes of `full` that changed the IR of at least one zoo model of the class, in full's",
+             "# order, plus rules-user (user rules always run) and fusion-plan. docs/pipelines.md has the table.",
+             f"# Measured on: {', '.join(c['models'])}.",
+             f"pipeline {cls}", f"class {cls}",
+             f"description {cls}: {len(c['keep'])} of {len(full_order)} passes of full"]
+    dropped = [p for p in full_order if p not in c["keep"]]
+    lines.append(f"# dropped (no IR change on any model of the class): {', '.join(dropped) or 'none'}")
+    lines += [f"pass {p}" for p in c["keep"]]
+    (ROOT / "rules" / "pipelines" / f"{cls}.pipeline").write_text("\n".join(lines) + "\n")
+
+
+def latency(cli: str, model: Path, pipeline: str, runs: int) -> float | None:
+    r = sh([cli, "run", str(model), "--target", "host", "--pipeline", pipeline, "--no-profile", "--seed", "0",
+            "--runs", str(runs), "--json"], timeout=1800)
+    if r.returncode != 0:
+        return None
+    return json.loads(r.stdout).get("latency_ms", {}).get("median")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cli", default=os.environ.get("NNFUSE_CLI", str(ROOT / "build" / "bindings" / "nnfuse")))
+    ap.add_argument("--cache", default="/tmp/nnfuse_pipeline_models")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--write", action="store_true", help="write the derived rules/pipelines/<class>.pipeline files")
+    ap.add_argument("--latency", default="", help="comma-separated model ids (name@opset) to time with nnfuse run --target host")
+    ap.add_argument("--latency-runs", type=int, default=10)
+    ap.add_argument("--json-out", default="")
+    ap.add_argument("--md-out", default="")
+    a = ap.parse_args()
+    only = set(a.only.split(",")) if a.only else None
+    full_order = [l.split()[1] for l in (ROOT / "rules/pipelines/full.pipeline").read_text().splitlines()
+                  if l.strip().startswith("pass ")]
+
+    models = export_models(a.cli, Path(a.cache), only)
+    full_runs = {}
+    for m in models:
+        full_runs[m["id"]] = timed(a.cli, m["path"], "full", a.repeats)
+        print(f"  full  {m['id']:24s} kernels {full_runs[m['id']]['kernels']:5d}  {full_runs[m['id']]['pass_ms']:9.1f} ms", file=sys.stderr)
+    by_class = derive(full_runs, models, full_order)
+    if a.write:
+        for cls, c in by_class.items():
+            if cls != "generic":  # generic runs full
+                write_pipeline(cls, c, full_order)
+
+    rows = []
+    for m in models:
+        f = full_runs[m["id"]]
+        cls_pipe = m["class"] if m["class"] != "generic" else "full"
+        c = timed(a.cli, m["path"], cls_pipe, a.repeats)
+        au = timed(a.cli, m["path"], "auto", a.repeats)
+        row = {"id": m["id"], "class": m["class"], "tiny": m["tiny"], "classified": f["network_class"],
+               "secondary": f["network_class_secondary"], "auto_pipeline": au["pipeline_name"],
+               "kernels_full": f["kernels"], "kernels_class": c["kernels"], "kernels_auto": au["kernels"],
+               "pass_ms_full": f["pass_ms"], "pass_ms_class": c["pass_ms"], "pass_ms_auto": au["pass_ms"],
+               "optimize_ms_full": f["optimize_ms"], "optimize_ms_class": c["optimize_ms"], "optimize_ms_auto": au["optimize_ms"]}
+        if a.latency and m["id"] in a.latency.split(","):
+            row["latency_ms_full"] = latency(a.cli, m["path"], "full", a.latency_runs)
+            row["latency_ms_class"] = latency(a.cli, m["path"], cls_pipe, a.latency_runs)
+        rows.append(row)
+        print(f"  {m['id']:24s} kernels full {f['kernels']} class {c['kernels']} auto {au['kernels']}  "
+              f"pass ms {f['pass_ms']:.1f} -> {c['pass_ms']:.1f}  optimize ms {f['optimize_ms']:.1f} -> {c['optimize_ms']:.1f}",
+              file=sys.stderr)
+
+    md = render(by_class, full_runs, rows, full_order, a)
+    print(md)
+    if a.md_out:
+        Path(a.md_out).write_text(md)
+    if a.json_out:
+        Path(a.json_out).write_text(json.dumps({"full": full_runs, "classes": by_class, "rows": rows}, indent=1, default=str))
+    worse = [r["id"] for r in rows if r["kernels_class"] > r["kernels_full"] or r["kernels_auto"] > r["kernels_full"]]
+    if worse:
+        print(f"MORE KERNELS THAN FULL: {worse}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def render(by_class, full_runs, rows, full_order, a) -> str:
+    out = []
+    short = {p: p for p in full_order}
+    out.append("### Passes that changed the IR under `full` (models of the class that the pass changed / models)\n")
+    classes = sorted(by_class)
+    out.append("| pass | " + " | ".join(classes) + " |")
+    out.append("|---|" + "---|" * len(classes))
+    for p in full_order:
+        cells = []
+        for cls in classes:
+            c = by_class[cls]
+            n = len(c["changed"].get(p, []))
+            mark = "kept" if p in c["keep"] else "dropped"
+            cells.append(f"{n}/{len(c['models'])} {mark}")
+        out.append(f"| {short[p]} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("### Per pass time under `full` (ms, median of runs; summed over the models of the class)\n")
+    out.append("| pass | " + " | ".join(classes) + " |")
+    out.append("|---|" + "---|" * len(classes))
+    for p in full_order:
+        cells = []
+        for cls in classes:
+            tot = sum(pp["ms"] for mid in by_class[cls]["models"] for pp in full_runs[mid]["passes"] if pp["name"] == p)
+            cells.append(f"{tot:.2f}")
+        out.append(f"| {p} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("### Full vs class pipeline per model\n")
+    lat = any("latency_ms_full" in r for r in rows)
+    hdr = "| model@opset | class (classified) | auto pipeline | kernels full / class / auto | pass ms full / class (saved) | optimize_ms full / class (saved) |"
+    if lat:
+        hdr += " latency ms full / class |"
+    out.append(hdr)
+    out.append("|---|---|---|---|---|---|" + ("---|" if lat else ""))
+    for r in rows:
+        cl = r["classified"] + (f"+{r['secondary']}" if r["secondary"] else "")
+        s1 = 100 * (1 - r["pass_ms_class"] / r["pass_ms_full"]) if r["pass_ms_full"] else 0
+        s2 = 100 * (1 - r["optimize_ms_class"] / r["optimize_ms_full"]) if r["optimize_ms_full"] else 0
+        line = (f"| {r['id']} | {r['class']} ({cl}) | {r['auto_pipeline']} | {r['kernels_full']} / {r['kernels_class']} / {r['kernels_auto']} | "
+                f"{r['pass_ms_full']:.1f} / {r['pass_ms_class']:.1f} ({s1:.0f}%) | {r['optimize_ms_full']:.1f} / {r['optimize_ms_class']:.1f} ({s2:.0f}%) |")
+        if lat:
+            lf, lc = r.get("latency_ms_full"), r.get("latency_ms_class")
+            line += f" {lf if lf is not None else '-'} / {lc if lc is not None else '-'} |"
+        out.append(line)
+    def mean_saving(key):
+        vals = [1 - r[f"{key}_class"] / r[f"{key}_full"] for r in rows if r[f"{key}_full"] > 0]
+        return 100 * sum(vals) / len(vals) if vals else 0.0
+    def mean_saving_auto(key):
+        vals = [1 - r[f"{key}_auto"] / r[f"{key}_full"] for r in rows if r[f"{key}_full"] > 0]
+        return 100 * sum(vals) / len(vals) if vals else 0.0
+    nonfull = [r for r in rows if r["class"] != "generic"]
+    out.append("")
+    out.append(f"Mean saving over {len(rows)} models (class pipeline vs full): pass time {mean_saving('pass_ms'):.0f}%, "
+               f"optimize_ms {mean_saving('optimize_ms'):.0f}%; with --pipeline auto: pass time {mean_saving_auto('pass_ms'):.0f}%, "
+               f"optimize_ms {mean_saving_auto('optimize_ms'):.0f}%. "
+               f"Total pass time: full {sum(r['pass_ms_full'] for r in rows):.0f} ms, class {sum(r['pass_ms_class'] for r in rows):.0f} ms. "
+               f"Models with more kernels than full: {sum(r['kernels_class'] > r['kernels_full'] for r in rows)} (class), "
+               f"{sum(r['kernels_auto'] > r['kernels_full'] for r in rows)} (auto); {len(nonfull)} models have a class pipeline.")
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
