@@ -9,6 +9,7 @@
 // attributes; bias Adds are taken in only when every branch has one (constant, over the last axis
 // only, its MatMul output read by nothing else). The Split is written for the model's opset
 // (sizes as an input from opset 13, as an attribute before).
+#include <cstring>
 #include <map>
 
 #include "rewrite/passes_util.h"
@@ -81,6 +82,13 @@ std::pair<NodeId, const Tensor*> bias_add(const Graph& g, const std::string& out
   return {a, b};
 }
 
+// Exact float identity for grouping keys (printing would merge nearby values).
+std::string float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return std::to_string(u);
+}
+
 int combine_dense(Graph& g, const std::string& x) {
   const TensorType& xt = g.type(x);
   if (xt.dtype != DType::Float32 || xt.rank() < 2) return 0;
@@ -103,8 +111,8 @@ int combine_dense(Graph& g, const std::string& x) {
         b.bias = float_const(g, n.inputs[2]);
         if (!b.bias || b.bias->rank() != 1 || b.bias->numel() != b.n) continue;  // per-feature 1-D bias only
       }
-      std::string key = "Gemm|" + std::to_string(n.attrs.get_float("alpha", 1.f)) + "|" +
-                        std::to_string(n.attrs.get_float("beta", 1.f)) + "|" + (tb ? "T" : "N") + (has_c ? "C" : "");
+      std::string key = "Gemm|" + float_bits(n.attrs.get_float("alpha", 1.f)) + "|" +
+                        float_bits(n.attrs.get_float("beta", 1.f)) + "|" + (tb ? "T" : "N") + (has_c ? "C" : "");
       groups[key].push_back(b);
     }
   }

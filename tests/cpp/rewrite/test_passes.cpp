@@ -510,20 +510,25 @@ TEST_CASE("export tiny zoo models before and after the structural passes", "[.][
 
 // Hidden (run by name): time of each pass on a generated 100k-node graph.
 TEST_CASE("structural passes on a 100k-node graph", "[.][passes-bench]") {
-  GraphBuilder b("big", 17, 1);
-  auto x = b.input("x", DType::Float32, {4, 8});
-  auto c = b.constant("c", Tensor::from_vector<float>({8}, {1, 2, 3, 4, 5, 6, 7, 8}));
-  std::string cur = x;
+  // Built with Graph::add_node and explicit names (the builder's fresh names scan every node).
+  Model m;
+  Graph& g = m.graph;
+  g.opset_imports[""] = 17;
+  g.add_input("x", TensorType::of(DType::Float32, {4, 8}));
+  g.set_initializer("c", Tensor::from_vector<float>({8}, {1, 2, 3, 4, 5, 6, 7, 8}));
+  std::string cur = "x";
   for (int i = 0; i < 20000; ++i) {
-    auto k = b.op("Neg", {c});                     // foldable
-    auto a = b.op("Add", {cur, k});
-    auto r1 = b.op("Relu", {a});
-    auto r2 = b.op("Relu", {a});                   // CSE
-    cur = b.op("Identity", {b.op("Add", {r1, r2})});  // shape-simplification
+    std::string p = "n" + std::to_string(i) + "_";
+    g.add_node("Neg", {"c"}, {p + "k"});  // foldable
+    g.add_node("Add", {cur, p + "k"}, {p + "a"});
+    g.add_node("Relu", {p + "a"}, {p + "r1"});
+    g.add_node("Relu", {p + "a"}, {p + "r2"});  // CSE
+    g.add_node("Add", {p + "r1", p + "r2"}, {p + "s"});
+    g.add_node("Identity", {p + "s"}, {p + "i"});  // shape-simplification
+    cur = p + "i";
   }
-  b.output(cur);
-  Model m = b.finish();
-  REQUIRE(m.graph.num_nodes() == 120000);
+  g.add_output(cur);
+  REQUIRE(g.num_nodes() == 120000);
   register_structural_passes();
   PassContext ctx;
   ctx.model = &m;
@@ -531,5 +536,42 @@ TEST_CASE("structural passes on a 100k-node graph", "[.][passes-bench]") {
                                                "pass fold-batchnorm\npass combine-parallel-matmul\npass fold-transpose-into-gemm\npass dce\n"),
                                 ctx);
   for (auto& r : recs) WARN(r.name << ": " << r.ms << " ms, nodes " << r.nodes_before << " -> " << r.nodes_after);
-  REQUIRE(m.graph.num_nodes() == 60000);
+  REQUIRE(g.num_nodes() == 60000);
+}
+
+TEST_CASE("passes keep values that subgraph bodies read by name", "[passes]") {
+  GraphBuilder b("bodies", 17, 1);
+  auto x = b.input("x", DType::Float32, {3});
+  auto cond = b.input("cond", DType::Bool, {});
+  auto r0 = b.op("Relu", {x});
+  auto t = b.op("Relu", {x});                    // a duplicate of r0, read only by the then-branch
+  auto u = b.op("Neg", {b.op("Identity", {x})});  // read only by the else-branch
+  auto make_body = [&](const std::string& outer, const std::string& out) {
+    auto body = std::make_shared<Graph>();
+    body->is_subgraph = true;
+    body->opset_imports[""] = 17;
+    body->declare_value(outer, TensorType::of(DType::Float32, {3}));  // an outer reference
+    body->add_node("Identity", {outer}, {out});
+    body->set_type(out, TensorType::of(DType::Float32, {3}));
+    body->add_output(out);
+    return body;
+  };
+  auto y = b.op("If", {cond}, GraphBuilder::attrs({{"then_branch", Attribute::make_graph(make_body(t, "then_out"))},
+                                                  {"else_branch", Attribute::make_graph(make_body(u, "else_out"))}}));
+  b.output(b.op("Add", {r0, y}));
+  Model m = b.finish();
+  Graph before = m.graph;
+  run_pipeline(m, "pass dce\npass cse\npass shape-simplification\npass constant-folding\npass dce\n");
+  auto h = histogram(m.graph);
+  REQUIRE(h["Relu"] == 2);  // t stays: the then-branch reads it by name
+  REQUIRE(h["Neg"] == 1);
+  REQUIRE(h["If"] == 1);
+  REQUIRE(m.graph.has_value(t));
+  REQUIRE(m.graph.has_value(u));
+  for (bool c : {true, false}) {
+    TensorMap feeds = random_feeds(before, 5);
+    feeds["cond"] = Tensor::scalar<bool>(c);
+    auto want = run_reference(before, feeds), got = run_reference(m.graph, feeds);
+    REQUIRE(want.begin()->second.to_float_vector() == got.begin()->second.to_float_vector());
+  }
 }
