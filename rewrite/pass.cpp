@@ -1,6 +1,7 @@
 #include "rewrite/pass.h"
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -166,13 +167,28 @@ Pipeline load_pipeline_file(const std::string& path) {
 // ---------------------------------------------------------------- hashing
 namespace {
 struct Hasher {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  // Word-at-a-time mixing (splitmix64 finaliser): hashing a 100k-node graph must stay well under
+  // a pass's own cost, since the manager hashes around every pass.
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  static uint64_t mix(uint64_t x) {
+    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27; x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  }
+  void u64(uint64_t v) { h = mix(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))); }
   void bytes(const void* p, size_t n) {
     auto* c = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) { h ^= c[i]; h *= 1099511628211ull; }
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, c + i, 8);
+      u64(w);
+    }
+    uint64_t tail = 0;
+    std::memcpy(&tail, c + i, n - i);
+    u64(tail ^ (uint64_t(n) << 56));
   }
-  void str(const std::string& s) { u64(s.size()); bytes(s.data(), s.size()); }
-  void u64(uint64_t v) { bytes(&v, sizeof v); }
+  void str(const std::string& s) { u64(std::hash<std::string>{}(s)); }
   void tensor(const Tensor& t) {
     u64(uint64_t(t.dtype()));
     for (auto d : t.shape()) u64(uint64_t(d));
@@ -187,6 +203,7 @@ struct Hasher {
 uint64_t structural_hash(const Graph& g) {
   Hasher H;
   std::unordered_map<std::string, uint64_t> id;
+  id.reserve(g.num_nodes() * 2 + g.inputs().size() + 16);
   auto value_id = [&](const std::string& v) -> uint64_t {
     if (v.empty()) return ~0ull;
     auto [it, ins] = id.emplace(v, id.size());
@@ -244,7 +261,7 @@ void PassManager::run_step(const PipelineStep& step, PassContext& ctx, std::vect
   rec.name = info.name;
   rec.args = step.args.str();
   rec.nodes_before = ctx.graph().num_nodes();
-  uint64_t h0 = info.analysis ? 0 : structural_hash(ctx.graph());
+  uint64_t h0 = info.analysis ? 0 : (ctx.last_hash ? *ctx.last_hash : structural_hash(ctx.graph()));
   auto t0 = std::chrono::steady_clock::now();
   try {
     pass->run(ctx, step.args);
@@ -253,7 +270,11 @@ void PassManager::run_step(const PipelineStep& step, PassContext& ctx, std::vect
     throw Error(e.kind(), "in pass '" + info.name + "': " + e.detail(), c);
   }
   rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  rec.changed = !info.analysis && structural_hash(ctx.graph()) != h0;
+  if (!info.analysis) {
+    uint64_t h1 = structural_hash(ctx.graph());
+    rec.changed = h1 != h0;
+    ctx.last_hash = h1;  // the next pass starts from this graph: no need to hash it again
+  }
   rec.nodes_after = ctx.graph().num_nodes();
   if (rec.changed) {
     std::set<Property> keep;

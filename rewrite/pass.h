@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ struct PassContext {
   std::map<std::string, std::any> artifacts;
   // Extra rule files given by the user (--rules), loaded by the rule passes.
   std::vector<std::string> user_rule_files;
+  // Structural hash of the graph after the last pass the manager ran (reset it after editing the
+  // graph outside the manager).
+  std::optional<uint64_t> last_hash;
   Graph& graph() { return model->graph; }
 };
 
