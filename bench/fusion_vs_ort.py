@@ -50,6 +50,7 @@ def main():
     zoo = zoo["models"] if isinstance(zoo, dict) else zoo
     wanted = set(filter(None, a.models.split(",")))
     rows = []
+    rewrites = []
     with tempfile.TemporaryDirectory() as tmp:
         for m in zoo:
             if wanted and m["name"] not in wanted:
@@ -63,8 +64,11 @@ def main():
             wall = time.perf_counter() - t0
             plan_ms = next((p["ms"] for p in rep["passes"] if p["name"] == "fusion-plan"), float("nan"))
             n_ort = ort_nodes(path, os.path.join(tmp, m["name"] + ".ort.onnx"))
-            rows.append((m["name"], m.get("network_class", ""), rep["ops_before"], rep["ops_after_rewrite"], rep["kernels"],
+            rewrite_ms = sum(p["ms"] for p in rep["passes"] if p["name"] != "fusion-plan")
+            rows.append((m["name"], m.get("network_class", m.get("class", "")), rep["ops_before"], rep["ops_after_rewrite"], rep["kernels"],
                          n_ort, plan_ms, rep["optimize_ms"], wall))
+            rewrites.append((m["name"], rep["ops_before"], rep["ops_after_rewrite"], rep["flops_before"], rep["flops_after"],
+                             rewrite_ms, sum(rep["rules_fired"].values())))
             os.remove(path)
             print(f"{m['name']}: {rep['kernels']} kernels vs ORT {n_ort} nodes", file=sys.stderr)
     print(f"| model | class | ops before | ops after rewrite | nnfuse kernels | ORT nodes (ENABLE_ALL) | kernels/ORT | plan ms | optimize ms |")
@@ -72,7 +76,16 @@ def main():
     for name, cls, before, after, k, n, plan_ms, opt_ms, wall in rows:
         goal = "≤ 0.5" if cls in TRANSFORMERS else "< 1"
         print(f"| {name} | {cls} | {before} | {after} | {k} | {n} | {k / n:.2f} (goal {goal}) | {plan_ms:.1f} | {opt_ms:.1f} |")
+    print()
+    print("| model | ops before | ops after rewrite | GFLOP before | GFLOP after | rewrite ms | rewrites applied |")
+    print("|---|---|---|---|---|---|---|")
+    for name, before, after, fb, fa, ms, fired in rewrites:
+        print(f"| {name} | {before} | {after} | {fb / 1e9:.3f} | {fa / 1e9:.3f} | {ms:.1f} | {fired} |")
 
 
 if __name__ == "__main__":
     main()
+
+
+def gflop(x):
+    return f"{x / 1e9:.3f}"
