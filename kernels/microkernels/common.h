@@ -1,0 +1,141 @@
+#pragma once
+// Shared pieces of the nnfuse CPU microkernels: arch aliases, the parallel-for hook, identity
+// prologue/epilogue, aligned scratch buffers and partial-batch load/store helpers.
+// Header-only; includes only the C++ standard library and xsimd 8.1 (generated code is compiled
+// standalone, without nnfuse's libraries).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <type_traits>
+#include <vector>
+
+#include <xsimd/xsimd.hpp>
+
+namespace nnfuse::mk {
+
+// xsimd arch tags per nnfuse target. Only the one matching the compiler's ISA flags can be
+// instantiated. On x86 prefer fma3<avx2> over plain avx2: with the latter xsimd::fma is a
+// separate multiply and add (the compiler may or may not contract them).
+namespace arch {
+#if defined(__x86_64__) || defined(_M_X64)
+using x86_avx2 = xsimd::fma3<xsimd::avx2>;  // -mavx2 -mfma
+using x86_avx512 = xsimd::avx512bw;          // -mavx512f -mavx512bw -mavx512dq -mavx512vl
+#endif
+#if defined(__aarch64__)
+using arm_neon = xsimd::neon64;
+#endif
+using native = xsimd::default_arch;  // the best arch the compiler flags allow
+}  // namespace arch
+
+template <class Arch>
+using vfloat = xsimd::batch<float, Arch>;
+
+// Marks the chunk bodies kernels pass to a ParFor. Kept out of line so that there is exactly one
+// compiled copy of each body: inlined separately into a serial and a threaded par-for, the
+// compiler may contract a*b+c into an FMA in one copy and not in the other (measured: LayerNorm
+// rows differing in the last bit between SerialFor and a 2-thread par-for at -O3), which would
+// break "any par-for gives bitwise-identical results". One call per chunk costs nothing.
+#if defined(__GNUC__)
+#define NNFUSE_MK_CHUNK __attribute__((noinline))
+#else
+#define NNFUSE_MK_CHUNK
+#endif
+
+// Runs fn(begin, end) once over [0, n) on the calling thread. The runtime's thread-pool par-for
+// has the same shape: par(n, fn) calls fn(begin, end) over disjoint chunks covering [0, n) and
+// returns when all are done. Kernels never split a reduction across chunks, so the result does
+// not depend on the par-for used.
+struct SerialFor {
+  template <class Fn>
+  void operator()(int64_t n, Fn&& fn) const {
+    if (n > 0) fn(int64_t(0), n);
+  }
+};
+
+// Identity prologue/epilogue: ep(v, row, col) -> v for SIMD batches and scalars.
+struct IdentityEpilogue {
+  template <class V>
+  V operator()(const V& v, int64_t, int64_t) const { return v; }
+};
+using IdentityPrologue = IdentityEpilogue;
+
+// Wraps an epilogue so that a kernel can call it in its local (row, col) space while the user
+// functor sees the caller's space: row + row_off, col + col_off.
+template <class Ep>
+struct OffsetEpilogue {
+  const Ep& ep;
+  int64_t row_off, col_off;
+  template <class V>
+  V operator()(const V& v, int64_t r, int64_t c) const { return ep(v, r + row_off, c + col_off); }
+};
+
+// 64-byte aligned scratch memory that grows on demand and is reused across calls (per thread:
+// see thread_scratch).
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ~ScratchBuffer() { release(); }
+  float* get(int64_t nfloats) {
+    size_t need = size_t(std::max<int64_t>(nfloats, 1)) * sizeof(float);
+    if (need > bytes_) {
+      release();
+      size_t rounded = (need + 63) / 64 * 64;
+      data_ = static_cast<float*>(::operator new(rounded, std::align_val_t(64)));
+      bytes_ = rounded;
+    }
+    return data_;
+  }
+
+ private:
+  void release() {
+    if (data_) ::operator delete(data_, std::align_val_t(64));
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  float* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Per-thread scratch shared by every kernel instantiation in a program (or shared object): one
+// buffer per slot, so a model with many GEMM/conv blocks keeps one set of packing buffers per
+// thread instead of one per instantiation. A kernel uses its slots only while it runs and never
+// calls another kernel meanwhile, so slots are not shared by two live users.
+enum class ScratchSlot { GemmA = 0, GemmB = 1, Rows = 2, Count = 3 };
+inline float* thread_scratch(ScratchSlot slot, int64_t nfloats) {
+  thread_local ScratchBuffer buffers[int(ScratchSlot::Count)];
+  return buffers[int(slot)].get(nfloats);
+}
+
+// Loads n (< batch size) floats, filling the rest with `fill`.
+template <class Arch>
+inline vfloat<Arch> load_partial(const float* p, int64_t n, float fill = 0.f) {
+  alignas(64) float tmp[vfloat<Arch>::size];
+  for (size_t i = 0; i < vfloat<Arch>::size; ++i) tmp[i] = int64_t(i) < n ? p[i] : fill;
+  return vfloat<Arch>::load_aligned(tmp);
+}
+template <class Arch>
+inline void store_partial(float* p, const vfloat<Arch>& v, int64_t n) {
+  alignas(64) float tmp[vfloat<Arch>::size];
+  v.store_aligned(tmp);
+  for (int64_t i = 0; i < n; ++i) p[i] = tmp[i];
+}
+
+// y[c] = ep(x[c], row, c) for c in [0, n): full batches through the batch overload, the tail
+// through the scalar one.
+template <class Arch, class Ep>
+inline void store_row_with_epilogue(float* y, const float* x, int64_t n, int64_t row, int64_t col0, const Ep& ep) {
+  constexpr int64_t L = int64_t(vfloat<Arch>::size);
+  int64_t c = 0;
+  for (; c + L <= n; c += L) ep(vfloat<Arch>::load_unaligned(x + c), row, col0 + c).store_unaligned(y + c);
+  for (; c < n; ++c) y[c] = ep(x[c], row, col0 + c);
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace nnfuse::mk

@@ -1,0 +1,156 @@
+// GEMM microkernel (kernels/microkernels/gemm.h) against the reference interpreter's MatMul/Gemm.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+
+#include "test_microkernels_util.h"
+
+using namespace mktest;
+namespace mk = nnfuse::mk;
+
+namespace {
+
+// Runs the kernel serially and with two threads, checks both agree bitwise, returns the result.
+template <class Run>
+std::vector<float> run_serial_and_parallel(size_t n, Run&& run) {
+  std::vector<float> serial(n, -7.f), parallel(n, -9.f);
+  run(serial.data(), mk::SerialFor{});
+  run(parallel.data(), TwoThreadFor{});
+  require_identical(serial, parallel);
+  return serial;
+}
+
+}  // namespace
+
+TEST_CASE("gemm matches MatMul over odd sizes, transposes, epilogue and threads", "[microkernels][gemm]") {
+  const std::vector<int64_t> mn_sizes{1, 7, 17, 129};
+  const std::vector<int64_t> k_sizes{1, 17, 300};
+  int variant = 0;
+  for (int64_t M : mn_sizes)
+    for (int64_t N : mn_sizes)
+      for (int64_t K : k_sizes) {
+        ++variant;
+        const bool ta = variant % 4 == 1 || variant % 4 == 3, tb = variant % 4 >= 2;
+        const bool with_ep = variant % 3 != 0;
+        INFO("M=" << M << " N=" << N << " K=" << K << " trans_a=" << ta << " trans_b=" << tb << " epilogue=" << with_ep);
+        Tensor A = random_tensor(ta ? Shape{K, M} : Shape{M, K}, 100 + variant);
+        Tensor B = random_tensor(tb ? Shape{N, K} : Shape{K, N}, 200 + variant);
+        Tensor bias = random_tensor({N}, 300 + variant);
+        Tensor want = reference({{"a", A}, {"b", B}, {"bias", bias}}, [&](nnfuse::GraphBuilder& gb, auto& in) {
+          std::string a = ta ? gb.op("Transpose", {in[0]}) : in[0];
+          std::string b = tb ? gb.op("Transpose", {in[1]}) : in[1];
+          std::string y = gb.op("MatMul", {a, b});
+          return with_ep ? gb.op("Relu", {gb.op("Add", {y, in[2]})}) : y;
+        });
+        auto got = run_serial_and_parallel(size_t(M * N), [&](float* C, auto par) {
+          auto g = mk::GemmArgs::matmul(M, N, K, A.data<float>(), ta, B.data<float>(), tb, C);
+          if (with_ep)
+            mk::gemm<Arch>(g, ColBiasRelu{bias.data<float>()}, par);
+          else
+            mk::gemm<Arch>(g, mk::IdentityEpilogue{}, par);
+        });
+        require_close(got.data(), want);
+      }
+}
+
+TEST_CASE("gemm alpha and strided (ldc, lda) views match Gemm", "[microkernels][gemm]") {
+  const int64_t M = 19, N = 33, K = 45, lda = 50, ldb = 40, ldc = 37;
+  Tensor A = random_tensor({M, lda}, 1), B = random_tensor({K, ldb}, 2), C0 = random_tensor({N}, 3);
+  // The oracle sees the dense sub-matrices.
+  Tensor Ad(DType::Float32, {M, K}), Bd(DType::Float32, {K, N});
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) Ad.data<float>()[m * K + k] = A.data<float>()[m * lda + k];
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) Bd.data<float>()[k * N + n] = B.data<float>()[k * ldb + n];
+  Tensor want = reference({{"a", Ad}, {"b", Bd}, {"c", C0}}, [&](nnfuse::GraphBuilder& gb, auto& in) {
+    return gb.op("Gemm", {in[0], in[1], in[2]}, nnfuse::GraphBuilder::attrs({{"alpha", nnfuse::A::f(0.75f)}, {"beta", nnfuse::A::f(1.f)}}));
+  });
+  std::vector<float> C(size_t(M * ldc), 123.f);
+  mk::GemmArgs g;
+  g.M = M, g.N = N, g.K = K, g.A = A.data<float>(), g.a_rs = lda, g.a_cs = 1, g.B = B.data<float>(), g.b_rs = ldb,
+  g.b_cs = 1, g.C = C.data(), g.ldc = ldc, g.alpha = 0.75f;
+  const float* c0 = C0.data<float>();
+  mk::gemm<Arch>(g, [&](auto v, int64_t, int64_t c) {
+    if constexpr (std::is_same_v<decltype(v), float>)
+      return v + c0[c];
+    else
+      return v + V::load_unaligned(c0 + c);
+  });
+  std::vector<float> dense(size_t(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) dense[size_t(m * N + n)] = C[size_t(m * ldc + n)];
+  require_close(dense.data(), want);
+  // Columns past N in each row are untouched.
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = N; n < ldc; ++n) REQUIRE(C[size_t(m * ldc + n)] == 123.f);
+}
+
+TEST_CASE("batched gemm matches batched MatMul, with and without a broadcast operand", "[microkernels][gemm]") {
+  for (bool broadcast_b : {false, true}) {
+    const int64_t Bn = 5, M = 17, N = 23, K = 129;
+    INFO("broadcast_b=" << broadcast_b);
+    std::atomic<bool> row_out_of_range{false};
+    Tensor A = random_tensor({Bn, M, K}, 11);
+    Tensor B = random_tensor(broadcast_b ? Shape{K, N} : Shape{Bn, K, N}, 12);
+    Tensor want = reference({{"a", A}, {"b", B}}, [&](nnfuse::GraphBuilder& gb, auto& in) {
+      return gb.op("Relu", {gb.op("MatMul", {in[0], in[1]})});
+    });
+    auto got = run_serial_and_parallel(size_t(Bn * M * N), [&](float* C, auto par) {
+      auto g = mk::GemmArgs::matmul(M, N, K, A.data<float>(), false, B.data<float>(), false, C);
+      g.batch = Bn, g.a_bs = M * K, g.b_bs = broadcast_b ? 0 : K * N, g.c_bs = M * N;
+      // Rows of the epilogue run over batch*M: check that the row index is global.
+      mk::gemm<Arch>(g, [&](auto v, int64_t r, int64_t) {
+        if (r >= Bn * M) row_out_of_range = true;
+        return relu(v);
+      }, par);
+    });
+    REQUIRE_FALSE(row_out_of_range);
+    require_close(got.data(), want);
+  }
+}
+
+TEST_CASE("gemm applies prologues to A and B, and gemm_packed matches gemm", "[microkernels][gemm]") {
+  const int64_t M = 31, N = 70, K = 600;  // K spans three K blocks
+  Tensor A = random_tensor({M, K}, 21), B = random_tensor({K, N}, 22);
+  Tensor want = reference({{"a", A}, {"b", B}}, [&](nnfuse::GraphBuilder& gb, auto& in) {
+    return gb.op("MatMul", {gb.op("Relu", {in[0]}), gb.op("Relu", {in[1]})});
+  });
+  std::vector<float> C(size_t(M * N));
+  auto g = mk::GemmArgs::matmul(M, N, K, A.data<float>(), false, B.data<float>(), false, C.data());
+  mk::gemm<Arch>(g, mk::IdentityEpilogue{}, mk::SerialFor{}, ReluPrologue{}, ReluPrologue{});
+  require_close(C.data(), want);
+
+  mk::PackedB<Arch> pb;
+  pb.pack(K, N, B.data<float>(), N, 1, ReluPrologue{});
+  std::vector<float> C2(size_t(M * N));
+  g.C = C2.data();
+  mk::gemm_packed<Arch>(g, pb, mk::IdentityEpilogue{}, TwoThreadFor{}, ReluPrologue{});
+  require_identical(C, C2);
+}
+
+TEST_CASE("gemm with K = 0 writes the epilogue of zero", "[microkernels][gemm]") {
+  std::vector<float> C(6, 5.f);
+  auto g = mk::GemmArgs::matmul(2, 3, 0, nullptr, false, nullptr, false, C.data());
+  mk::gemm<Arch>(g, [](auto v, int64_t, int64_t) { return v + 1.f; });
+  for (float c : C) REQUIRE(c == 1.f);
+}
+
+TEST_CASE("gemm single-thread GFLOP/s at 512^3 (printed, not asserted)", "[microkernels][gemm][perf]") {
+  const int64_t n = 512;
+  Tensor A = random_tensor({n, n}, 1), B = random_tensor({n, n}, 2);
+  std::vector<float> C(size_t(n * n));
+  auto g = mk::GemmArgs::matmul(n, n, n, A.data<float>(), false, B.data<float>(), false, C.data());
+  mk::gemm<Arch>(g);
+  double best = 1e30;
+  for (int rep = 0; rep < 10; ++rep) {
+    const double t0 = thread_seconds();
+    mk::gemm<Arch>(g);
+    best = std::min(best, thread_seconds() - t0);
+  }
+  std::printf("[microkernels] gemm 512x512x512 (%s, 1 thread): %.1f GFLOP/s (best of 10: %.3f ms thread CPU time)\n", Arch::name(),
+              2.0 * n * n * n / best * 1e-9, best * 1e3);
+  // A spot check so the timed code is also a correct one.
+  double s = 0;
+  for (int64_t k = 0; k < n; ++k) s += double(A.data<float>()[k]) * B.data<float>()[k * n + 5];
+  REQUIRE(std::fabs(C[5] - s) < 1e-3);
+}

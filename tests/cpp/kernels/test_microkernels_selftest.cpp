@@ -1,0 +1,350 @@
+// A self-contained check of every microkernel family against naive loops written here, built
+// three ways: inside test_kernels (AVX2, Catch2), and with MK_SELFTEST_MAIN as standalone programs
+// for AVX-512 and for aarch64 NEON (run under qemu-aarch64), so that each Arch's tile sizes and
+// code paths run, not only compile. Needs only the standard library, xsimd and the microkernel
+// headers, like generated code. (The interpreter-based tests in the other files are the oracle
+// for op semantics; this one covers the other ISAs.)
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/microkernels/microkernels.h"
+
+namespace mkself {
+
+namespace mk = nnfuse::mk;
+
+inline std::vector<float> rnd(size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+struct Two {
+  template <class Fn>
+  void operator()(int64_t n, Fn&& fn) const {
+    if (n <= 0) return;
+    const int64_t mid = n / 2;
+    std::thread t([&] { if (mid < n) fn(mid, n); });
+    if (mid > 0) fn(int64_t(0), mid);
+    t.join();
+  }
+};
+
+struct Checker {
+  int failures = 0;
+  void close(const char* what, const std::vector<float>& got, const std::vector<double>& want) {
+    for (size_t i = 0; i < want.size(); ++i)
+      if (!(std::fabs(double(got[i]) - want[i]) <= 1e-5 + 1e-4 * std::fabs(want[i]))) {
+        std::printf("FAIL %s: element %zu got %.7g want %.7g\n", what, i, double(got[i]), want[i]);
+        ++failures;
+        return;
+      }
+  }
+  void same(const char* what, const std::vector<float>& a, const std::vector<float>& b) {
+    if (a != b) {
+      std::printf("FAIL %s: serial and 2-thread results differ\n", what);
+      ++failures;
+    }
+  }
+};
+
+template <class Arch>
+struct BiasRelu {  // ep: relu(v + bias[row % n])
+  const float* bias;
+  int64_t n;
+  mk::vfloat<Arch> operator()(const mk::vfloat<Arch>& v, int64_t r, int64_t) const {
+    return xsimd::max(v + mk::vfloat<Arch>(bias[r % n]), mk::vfloat<Arch>(0.f));
+  }
+  float operator()(float v, int64_t r, int64_t) const { return std::max(v + bias[r % n], 0.f); }
+};
+
+template <class Arch>
+void gemm_cases(Checker& ck) {
+  for (int64_t M : {1, 7, 17, 29})
+    for (int64_t N : {1, 9, 33, 70})
+      for (int64_t K : {1, 17, 300})
+        for (int t = 0; t < 4; ++t) {
+          const bool ta = t & 1, tb = t & 2;
+          auto A = rnd(size_t(M * K), unsigned(M * 7 + K)), B = rnd(size_t(K * N), unsigned(N * 5 + K));
+          auto bias = rnd(size_t(M), 3);
+          std::vector<double> want(size_t(M * N));
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n) {
+              double s = 0;
+              for (int64_t k = 0; k < K; ++k)
+                s += double(ta ? A[size_t(k * M + m)] : A[size_t(m * K + k)]) * (tb ? B[size_t(n * K + k)] : B[size_t(k * N + n)]);
+              want[size_t(m * N + n)] = std::max(s + bias[size_t(m)], 0.0);
+            }
+          std::vector<float> s(size_t(M * N)), p(size_t(M * N));
+          auto g = mk::GemmArgs::matmul(M, N, K, A.data(), ta, B.data(), tb, s.data());
+          mk::gemm<Arch>(g, BiasRelu<Arch>{bias.data(), M});
+          g.C = p.data();
+          mk::gemm<Arch>(g, BiasRelu<Arch>{bias.data(), M}, Two{});
+          std::string what = "gemm M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K) + " t" + std::to_string(t);
+          ck.close(what.c_str(), s, want);
+          ck.same(what.c_str(), s, p);
+        }
+}
+
+template <class Arch>
+void conv_cases(Checker& ck) {
+  struct C { int64_t N, C, H, W, K, KH, KW, s, p, d, g; };
+  for (C c : {C{1, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1}, C{2, 4, 11, 10, 6, 3, 3, 2, 1, 1, 2}, C{1, 8, 9, 9, 8, 3, 3, 1, 1, 1, 8},
+              C{1, 6, 13, 12, 12, 5, 5, 2, 2, 2, 6}, C{1, 16, 5, 7, 33, 1, 1, 1, 0, 1, 1}, C{1, 3, 20, 17, 7, 7, 7, 2, 3, 1, 1}}) {
+    const int64_t OH = (c.H + 2 * c.p - (c.KH - 1) * c.d - 1) / c.s + 1, OW = (c.W + 2 * c.p - (c.KW - 1) * c.d - 1) / c.s + 1;
+    const int64_t Cg = c.C / c.g, Kg = c.K / c.g;
+    auto x = rnd(size_t(c.N * c.C * c.H * c.W), 11), w = rnd(size_t(c.K * Cg * c.KH * c.KW), 12), bias = rnd(size_t(c.K), 13);
+    std::vector<double> want(size_t(c.N * c.K * OH * OW));
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t k = 0; k < c.K; ++k)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            double s = 0;
+            for (int64_t ci = 0; ci < Cg; ++ci)
+              for (int64_t kh = 0; kh < c.KH; ++kh)
+                for (int64_t kw = 0; kw < c.KW; ++kw) {
+                  int64_t ih = oh * c.s - c.p + kh * c.d, iw = ow * c.s - c.p + kw * c.d;
+                  if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                  s += double(x[size_t(((n * c.C + (k / Kg) * Cg + ci) * c.H + ih) * c.W + iw)]) *
+                       w[size_t(((k * Cg + ci) * c.KH + kh) * c.KW + kw)];
+                }
+            want[size_t(((n * c.K + k) * OH + oh) * OW + ow)] = std::max(s + bias[size_t(k)], 0.0);
+          }
+    mk::Conv2dArgs a;
+    a.N = c.N, a.C = c.C, a.H = c.H, a.W = c.W, a.K = c.K, a.OH = OH, a.OW = OW, a.KH = c.KH, a.KW = c.KW;
+    a.stride_h = a.stride_w = c.s, a.pad_top = a.pad_left = c.p, a.dil_h = a.dil_w = c.d, a.group = c.g;
+    a.set_contiguous();
+    a.x = x.data(), a.w = w.data();
+    for (int algo = 0; algo < 4; ++algo) {
+      if (algo == 3 && c.g != c.C) continue;
+      std::vector<float> s(want.size()), p(want.size());
+      for (int par = 0; par < 2; ++par) {
+        a.y = par ? p.data() : s.data();
+        BiasRelu<Arch> ep{bias.data(), c.K};
+        auto go = [&](auto pf) {
+          if (algo == 0) mk::conv2d<Arch>(a, ep, pf);
+          if (algo == 1) mk::conv2d_gemm<Arch>(a, ep, pf);
+          if (algo == 2) mk::conv2d_direct<Arch>(a, ep, pf);
+          if (algo == 3) mk::conv2d_depthwise<Arch>(a, ep, pf);
+        };
+        if (par) go(Two{}); else go(mk::SerialFor{});
+      }
+      std::string what = "conv C" + std::to_string(c.C) + " K" + std::to_string(c.K) + " k" + std::to_string(c.KH) + " g" +
+                         std::to_string(c.g) + " algo" + std::to_string(algo);
+      ck.close(what.c_str(), s, want);
+      ck.same(what.c_str(), s, p);
+    }
+  }
+}
+
+template <class Arch>
+void pool_reduce_cases(Checker& ck) {
+  // Max and average pooling 3x3 / 2, pad 1, ceil-mode-like extra output row.
+  const int64_t N = 1, C = 3, H = 11, W = 13, OH = 6, OW = 7;
+  auto x = rnd(size_t(N * C * H * W), 21);
+  for (int kind = 0; kind < 2; ++kind) {
+    std::vector<double> want(size_t(C * OH * OW));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double m = -INFINITY, s = 0;
+          int cnt = 0;
+          for (int64_t kh = 0; kh < 3; ++kh)
+            for (int64_t kw = 0; kw < 3; ++kw) {
+              int64_t ih = oh * 2 - 1 + kh, iw = ow * 2 - 1 + kw;
+              if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+              double v = x[size_t((c * H + ih) * W + iw)];
+              m = std::max(m, v), s += v, ++cnt;
+            }
+          want[size_t((c * OH + oh) * OW + ow)] = kind == 0 ? m : s / cnt;
+        }
+    mk::Pool2dArgs a;
+    a.N = N, a.C = C, a.H = H, a.W = W, a.OH = OH, a.OW = OW, a.KH = a.KW = 3, a.stride_h = a.stride_w = 2;
+    a.pad_top = a.pad_left = a.pad_bottom = a.pad_right = 1;
+    a.set_contiguous();
+    a.x = x.data();
+    std::vector<float> s(want.size()), p(want.size());
+    a.y = s.data();
+    if (kind == 0) mk::pool2d<Arch, mk::PoolKind::Max>(a); else mk::pool2d<Arch, mk::PoolKind::Avg>(a);
+    a.y = p.data();
+    if (kind == 0) mk::pool2d<Arch, mk::PoolKind::Max>(a, mk::IdentityEpilogue{}, Two{});
+    else mk::pool2d<Arch, mk::PoolKind::Avg>(a, mk::IdentityEpilogue{}, Two{});
+    ck.close(kind == 0 ? "maxpool" : "avgpool", s, want);
+    ck.same("pool", s, p);
+  }
+  // Reductions over the last axis and a middle axis; softmax; layernorm.
+  const int64_t O = 5, R = 37, I = 19;
+  auto r = rnd(size_t(O * R * I), 22);
+  {
+    std::vector<double> want(size_t(O * I));
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t i = 0; i < I; ++i) {
+        double s = 0;
+        for (int64_t j = 0; j < R; ++j) s += r[size_t((o * R + j) * I + i)];
+        want[size_t(o * I + i)] = s / R;
+      }
+    std::vector<float> got(want.size());
+    mk::reduce<Arch, mk::ReduceKind::Mean>(mk::ReduceArgs::contiguous(O, R, I, r.data(), got.data()));
+    ck.close("reduce mean middle axis", got, want);
+    std::vector<double> want2(size_t(O * R));
+    for (int64_t o = 0; o < O * R; ++o) {
+      double m = -INFINITY;
+      for (int64_t i = 0; i < I; ++i) m = std::max(m, double(r[size_t(o * I + i)]));
+      want2[size_t(o)] = m;
+    }
+    std::vector<float> got2(want2.size());
+    mk::reduce<Arch, mk::ReduceKind::Max>(mk::ReduceArgs::contiguous(O * R, I, 1, r.data(), got2.data()));
+    ck.close("reduce max last axis", got2, want2);
+  }
+  {
+    const int64_t rows = O * R, len = I;
+    std::vector<double> sm(size_t(rows * len)), ln(size_t(rows * len));
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* xr = r.data() + i * len;
+      double mx = -INFINITY, sum = 0, mean = 0, var = 0;
+      for (int64_t c = 0; c < len; ++c) mx = std::max(mx, double(xr[c])), mean += xr[c];
+      for (int64_t c = 0; c < len; ++c) sum += std::exp(xr[c] - mx);
+      mean /= len;
+      for (int64_t c = 0; c < len; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+      var /= len;
+      for (int64_t c = 0; c < len; ++c) {
+        sm[size_t(i * len + c)] = std::exp(xr[c] - mx) / sum;
+        ln[size_t(i * len + c)] = (xr[c] - mean) / std::sqrt(var + 1e-5);
+      }
+    }
+    std::vector<float> got(sm.size());
+    mk::softmax<Arch>(rows, len, r.data(), len, got.data(), len);
+    ck.close("softmax", got, sm);
+    mk::layernorm<Arch>(rows, len, r.data(), len, nullptr, nullptr, 1e-5f, got.data(), len);
+    ck.close("layernorm", got, ln);
+  }
+  {
+    std::vector<float> in = rnd(1000, 23), out(1000);
+    for (auto& v : in) v *= 10.f;
+    std::vector<double> want(1000);
+    for (size_t i = 0; i < in.size(); ++i) want[i] = std::tanh(double(in[i])) + std::exp(double(in[i]) * 0.5) + std::erf(double(in[i]));
+    mk::unary_map<Arch>(1000, in.data(), out.data(), [](auto v) { return mk::vtanh(v) + mk::vexp(v * 0.5f) + mk::verf(v); });
+    ck.close("math", out, want);
+  }
+}
+
+template <class Arch>
+int run_all() {
+  Checker ck;
+  gemm_cases<Arch>(ck);
+  conv_cases<Arch>(ck);
+  pool_reduce_cases<Arch>(ck);
+  std::printf("microkernel selftest (%s, %d-float batches): %d failure(s)\n", Arch::name(), int(mk::vfloat<Arch>::size),
+              ck.failures);
+  return ck.failures;
+}
+
+// --bench: single-thread GFLOP/s (thread CPU time, best of several runs, so a loaded machine
+// does not skew it) of GEMM 512^3, the ResNet-50 3x3 64->64 56x56 conv, a depthwise 3x3 layer,
+// and the FMA peak of this arch measured with independent FMA chains.
+inline double thread_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+template <class F>
+double best_of(int reps, F&& f) {
+  f();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = thread_seconds();
+    f();
+    best = std::min(best, thread_seconds() - t0);
+  }
+  return best;
+}
+
+template <class Arch>
+void bench() {
+  using V = mk::vfloat<Arch>;
+  constexpr int64_t L = int64_t(V::size);
+  {  // FMA peak: 12 independent chains hide the FMA latency.
+    const int64_t n = 20000000;
+    V acc[12];
+    for (int i = 0; i < 12; ++i) acc[i] = V(float(i) * 1e-3f);
+    const V b(0.999f), c(1e-4f);
+    const double t = best_of(3, [&] {
+      V a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3], a4 = acc[4], a5 = acc[5];
+      V a6 = acc[6], a7 = acc[7], a8 = acc[8], a9 = acc[9], a10 = acc[10], a11 = acc[11];
+      for (int64_t i = 0; i < n; ++i) {
+        a0 = xsimd::fma(a0, b, c), a1 = xsimd::fma(a1, b, c), a2 = xsimd::fma(a2, b, c);
+        a3 = xsimd::fma(a3, b, c), a4 = xsimd::fma(a4, b, c), a5 = xsimd::fma(a5, b, c);
+        a6 = xsimd::fma(a6, b, c), a7 = xsimd::fma(a7, b, c), a8 = xsimd::fma(a8, b, c);
+        a9 = xsimd::fma(a9, b, c), a10 = xsimd::fma(a10, b, c), a11 = xsimd::fma(a11, b, c);
+      }
+      acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3, acc[4] = a4, acc[5] = a5;
+      acc[6] = a6, acc[7] = a7, acc[8] = a8, acc[9] = a9, acc[10] = a10, acc[11] = a11;
+    });
+    float sink = 0;
+    for (int i = 0; i < 12; ++i) sink += xsimd::hadd(acc[i]);
+    std::printf("fma peak                      %7.1f GFLOP/s  (checksum %g)\n", 2.0 * L * 12 * n / t * 1e-9, double(sink));
+  }
+  {
+    const int64_t n = 512;
+    auto A = rnd(size_t(n * n), 1), B = rnd(size_t(n * n), 2);
+    std::vector<float> C(size_t(n * n));
+    auto g = mk::GemmArgs::matmul(n, n, n, A.data(), false, B.data(), false, C.data());
+    const double t = best_of(10, [&] { mk::gemm<Arch>(g); });
+    std::printf("gemm 512x512x512              %7.1f GFLOP/s  (%.3f ms)\n", 2.0 * n * n * n / t * 1e-9, t * 1e3);
+  }
+  mk::Conv2dArgs a;
+  a.C = 64, a.H = 56, a.W = 56, a.K = 64, a.OH = 56, a.OW = 56, a.KH = a.KW = 3, a.pad_top = a.pad_left = 1;
+  a.set_contiguous();
+  auto x = rnd(size_t(64 * 56 * 56), 3), w = rnd(size_t(64 * 64 * 9), 4);
+  std::vector<float> y(size_t(64 * 56 * 56));
+  a.x = x.data(), a.w = w.data(), a.y = y.data();
+  const double conv_flops = 2.0 * 64 * 56 * 56 * 64 * 9;
+  const double tg = best_of(5, [&] { mk::conv2d_gemm<Arch>(a); });
+  std::printf("conv3x3 64->64 56x56 im2col   %7.1f GFLOP/s  (%.3f ms)\n", conv_flops / tg * 1e-9, tg * 1e3);
+  const double td = best_of(3, [&] { mk::conv2d_direct<Arch>(a); });
+  std::printf("conv3x3 64->64 56x56 direct   %7.1f GFLOP/s  (%.3f ms)\n", conv_flops / td * 1e-9, td * 1e3);
+  for (int64_t s : {1, 2}) {
+    mk::Conv2dArgs d = a;
+    d.C = d.K = d.group = 144, d.stride_h = d.stride_w = s, d.OH = d.OW = 56 / s;
+    d.set_contiguous();
+    auto xd = rnd(size_t(144 * 56 * 56), 5), wd = rnd(size_t(144 * 9), 6);
+    std::vector<float> yd(size_t(144 * d.OH * d.OW));
+    d.x = xd.data(), d.w = wd.data(), d.y = yd.data();
+    const double t = best_of(10, [&] { mk::conv2d_depthwise<Arch>(d); });
+    std::printf("depthwise3x3/%ld 144ch 56x56   %7.1f GFLOP/s  (%.3f ms)\n", long(s),
+                2.0 * 144 * d.OH * d.OW * 9 / t * 1e-9, t * 1e3);
+  }
+}
+
+}  // namespace mkself
+
+#ifdef MK_SELFTEST_MAIN
+int main(int argc, char** argv) {
+#if defined(__x86_64__) && defined(__AVX512F__)
+  if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq")) {
+    std::printf("skipped: this CPU has no AVX-512\n");
+    return 77;
+  }
+#endif
+  if (argc > 1 && std::string(argv[1]) == "--bench") {
+    std::printf("single thread, %s\n", nnfuse::mk::arch::native::name());
+    mkself::bench<nnfuse::mk::arch::native>();
+    return 0;
+  }
+  return mkself::run_all<nnfuse::mk::arch::native>() == 0 ? 0 : 1;
+}
+#else
+#include <catch2/catch.hpp>
+TEST_CASE("standalone microkernel selftest against naive loops (AVX2)", "[microkernels][selftest]") {
+  REQUIRE(mkself::run_all<nnfuse::mk::arch::x86_avx2>() == 0);
+}
+#endif
