@@ -25,7 +25,7 @@ const char* kMainUsage = "usage: nnfuse [--version] [--help] COMMAND [ARGS...]";
 // Commands of the design (docs: ARCHITECTURE.md) that later issues add. Named here so that asking
 // for one says it is not available yet rather than "unknown"; each leaves this list when its
 // cmd_*.cpp lands. Not listed in --help.
-const std::vector<std::string> kPlannedCommands = {"compile", "tune-pipeline"};
+const std::vector<std::string> kPlannedCommands = {};
 
 std::string group_of(const std::string& name) {
   auto sp = name.find(' ');
@@ -120,9 +120,13 @@ std::string one_line(std::string s) {
 }
 
 }  // namespace
+
+int cli_main(int argc, char** argv);
 }  // namespace nnfuse::cli
 
-int main(int argc, char** argv) {
+// The whole tool as a function: the binary's main() and the Python module's `python -m nnfuse`
+// (nnfuse._core.cli_main) both call it, so the two behave the same.
+int nnfuse::cli::cli_main(int argc, char** argv) {
   using namespace nnfuse::cli;
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
@@ -145,3 +149,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+#ifndef NNFUSE_CLI_NO_MAIN  // defined when the CLI is compiled into the Python module
+int main(int argc, char** argv) {
+  int rc = nnfuse::cli::cli_main(argc, argv);
+  std::cout.flush();
+  return rc;
+}
+#endif

@@ -125,3 +125,10 @@ def assert_close(got: np.ndarray, want: np.ndarray, rtol: float = 1e-4, atol: fl
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "full_size: a full-size zoo model (heavier; see NNFUSE_TEST_FULL)")
+
+
+@pytest.fixture(scope="session")
+def export_cache(tmp_path_factory):
+    """Zoo models exported once per session (the 100M-parameter ones take ~20 s each) and shared
+    by every suite that needs them."""
+    return {"dir": tmp_path_factory.mktemp("zoo"), "files": {}}

@@ -6,15 +6,15 @@ import numpy as np
 import onnx
 import pytest
 
-from test_zoo_ort import CASES, RTOL, ATOL, MODEL_TOLERANCES, _export, _need, assert_close, make_inputs, run_ort
+from test_zoo_ort import CASES, SLOW_MODELS, RTOL, ATOL, MODEL_TOLERANCES, _export, _need, assert_close, make_inputs, run_ort
 
 
-@pytest.fixture(scope="module")
-def export_cache(tmp_path_factory):
-    return {"dir": tmp_path_factory.mktemp("zoo_plan"), "files": {}}
+# The 100M-parameter models are checked in their opset-13 form only: the other forms differ in
+# LayerNorm/GELU ops whose planning the tiny models cover, and each extra form costs a minute.
+PLAN_CASES = [c for c in CASES if c.values[0] is None or c.values[0]["name"] not in SLOW_MODELS or c.values[1] == 13]
 
 
-@pytest.mark.parametrize("model,opset", CASES)
+@pytest.mark.parametrize("model,opset", PLAN_CASES)
 def test_zoo_fusion_plan_matches_ort(cli, export_cache, workdir, model, opset):
     _need(model)
     path = _export(cli, export_cache, model, opset)
@@ -22,14 +22,17 @@ def test_zoo_fusion_plan_matches_ort(cli, export_cache, workdir, model, opset):
     feeds = make_inputs(m, model["description"], seed=2)
     want = run_ort(path, feeds)
     got = cli.run_model(path, feeds, workdir / "planned", "--no-profile", pipeline="auto")
+    # Planning alone (no rewriting) runs the same kernels in block order: bit for bit the unfused run.
+    plan_only = workdir / "plan_only.pipeline"
+    plan_only.write_text("pipeline plan-only\npass fusion-plan\n")
+    planned_only = cli.run_model(path, feeds, workdir / "plan_only", "--no-profile", "--pipeline-file", plan_only)
     unplanned = cli.run_model(path, feeds, workdir / "unplanned", pipeline="none")
     rtol, atol = RTOL, ATOL
     if model["name"] in MODEL_TOLERANCES:
         rtol, atol, _ = MODEL_TOLERANCES[model["name"]]
     assert set(got) == set(want)
     for name in want:
-        # The plan runs the same kernels in block order: it must equal the unfused graph exactly.
-        np.testing.assert_array_equal(got[name], unplanned[name], err_msg=f"planned vs unfused '{name}'")
+        np.testing.assert_array_equal(planned_only[name], unplanned[name], err_msg=f"planned vs unfused '{name}'")
         if name == "selected_indices":
             # NMS indices flip where ORT's and our boxes/scores differ in the last float bit near
             # the IoU threshold or between near-equal scores: compare the selections as sets.
@@ -40,7 +43,7 @@ def test_zoo_fusion_plan_matches_ort(cli, export_cache, workdir, model, opset):
         assert_close(got[name], want[name], rtol, atol, what=f"{model['name']} opset {opset} planned output '{name}'")
 
 
-@pytest.mark.parametrize("model,opset", CASES)
+@pytest.mark.parametrize("model,opset", PLAN_CASES)
 def test_zoo_plan_report(cli, export_cache, model, opset):
     _need(model)
     path = _export(cli, export_cache, model, opset)

@@ -90,11 +90,6 @@ def _cases():
 CASES = _cases()
 
 
-@pytest.fixture(scope="module")
-def export_cache(tmp_path_factory):
-    return {"dir": tmp_path_factory.mktemp("zoo"), "files": {}}
-
-
 def _export(cli, export_cache, model: dict, opset: int) -> Path:
     key = (model["name"], opset)
     if key not in export_cache["files"]:
