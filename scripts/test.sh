@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs and builds first (scripts/setup.sh), then the Catch2 tests
-# through CTest and the pytest suites (also registered with CTest).
+# through CTest and the pytest suites (registered with CTest), then the package checks
+# (scripts/test_package.sh: pip install into a fresh venv, pytest against the installed package,
+# cmake --install + find_package consumer, README quickstarts verbatim).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build}
-cd "$BUILD_DIR"
-ctest --output-on-failure -j "$(nproc)" "$@"
+(cd "$BUILD_DIR" && ctest --output-on-failure -j "$(nproc)" "$@")
+bash scripts/test_package.sh
