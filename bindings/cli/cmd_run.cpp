@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "api/compile.h"
 #include "api/optimize.h"
 #include "commands.h"
 #include "graph/error.h"
@@ -22,7 +23,7 @@ namespace nnfuse::cli {
 
 namespace {
 
-const std::vector<std::string> kSupportedTargets = {"reference"};
+const std::vector<std::string> kSupportedTargets = {"reference", "host", "x86-avx2", "x86-avx512", "arm-neon"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -119,15 +120,25 @@ std::string value_summary(const Tensor& t) {
 }
 
 int run_run(const ParsedArgs& args) {
-  const std::string target = args.get("--target", "reference");
-  const std::string pipeline = args.get("--pipeline", "none");
+  const std::string path = args.positional(0);
+  std::error_code dir_ec;
+  // A directory is a compiled artifact (`nnfuse compile -o DIR`); so is --compiled DIR.
+  const std::string artifact = args.has("--compiled") ? args.get("--compiled")
+                               : std::filesystem::is_directory(path, dir_ec) ? path : "";
+  std::string target = args.get("--target", "reference");
+  // Compiled targets optimize by default (the contract's `run`); the interpreter runs the graph as imported.
+  std::string pipeline = args.get("--pipeline", target == "reference" ? "none" : "auto");
   check_choice(args, "--target", target, kSupportedTargets);
   const int64_t runs = args.get_int("--runs", 1, 1, 1000000);
-  const int64_t threads = args.get_int("--threads", 1, 1, 4096);
+  const int64_t threads = args.get_int("--threads", target == "reference" && artifact.empty() ? 1 : 0, 0, 4096);
   const int64_t seed = args.get_int("--seed", 0, 0, std::numeric_limits<int64_t>::max());
+  if (!artifact.empty()) {
+    pipeline = "none";
+    if (!args.has("--target")) target = "host";
+  }
 
-  const std::string path = args.positional(0);
-  Model m = load_model_file(path, shape_bindings(args));
+  Model m = artifact.empty() ? load_model_file(path, shape_bindings(args))
+                             : load_model_file((std::filesystem::path(artifact) / "model.onnx").string(), shape_bindings(args));
   Graph& g = m.graph;
 
   std::vector<Feed> feeds = load_feeds(args, g);
@@ -168,14 +179,31 @@ int run_run(const ParsedArgs& args) {
     o.profile = !args.has("--no-profile");
     opt = optimize(m, o);
   }
-  Interpreter interp(g);
+  std::unique_ptr<Executable> exe;
+  auto tc0 = std::chrono::steady_clock::now();
+  if (!artifact.empty()) {
+    exe = load_compiled(artifact, int(threads));
+  } else if (target != "reference") {
+    CompileOptions co;
+    co.target = target;
+    co.threads = int(threads);
+    exe = compile(m, opt && opt->plan ? &*opt->plan : nullptr, co);
+  }
+  const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tc0).count();
+  std::optional<Interpreter> interp;
+  if (!exe) interp.emplace(g);
   TensorMap result;
   std::vector<double> times;
   for (int64_t r = 0; r < runs; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    result = opt && opt->plan ? run_plan_reference(g, *opt->plan, feed_map) : interp.run(feed_map);
+    result = exe ? exe->run(feed_map) : opt && opt->plan ? run_plan_reference(g, *opt->plan, feed_map) : interp->run(feed_map);
     auto t1 = std::chrono::steady_clock::now();
     times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  json profile = json::array();
+  if (args.has("--profile")) {
+    if (!exe) throw UsageError("--profile needs a compiled target (--target host, ...); the reference interpreter has no kernels to time", args.spec->usage_line());
+    profile = exe->profile(feed_map);
   }
   Timing timing = summarize(times);
   for (auto& [name, file] : files) save_npy(result.at(name), file);
@@ -188,7 +216,12 @@ int run_run(const ParsedArgs& args) {
     j["kernels"] = opt ? opt->report["kernels"] : json(count_operators(g));
     j["ops_before"] = opt ? opt->report["ops_before"] : json(count_operators(g));
     j["threads"] = threads;
-    j["threads_used"] = 1;  // the reference interpreter is single-threaded
+    j["threads_used"] = exe ? exe->info().value("threads", 1) : 1;  // the reference interpreter is single-threaded
+    if (exe) {
+      j["compile"] = exe->info();
+      j["compile_ms"] = compile_ms;
+    }
+    if (args.has("--profile")) j["profile"] = profile;
     j["seed"] = random ? json(seed) : json(nullptr);
     json ins = json::array();
     for (auto& f : feeds) {
@@ -224,9 +257,36 @@ int run_run(const ParsedArgs& args) {
     std::cout << "\n";
   }
   std::cout << "latency: median " << human_ms(timing.median) << ", min " << human_ms(timing.min) << " over " << runs
-            << " run" << (runs > 1 ? "s" : "") << " (reference interpreter, 1 thread";
-  if (threads != 1) std::cout << "; --threads " << threads << " has no effect on it";
-  std::cout << ")\n";
+            << " run" << (runs > 1 ? "s" : "");
+  if (exe) {
+    json info = exe->info();
+    std::cout << " (" << info.value("target", target) << ", " << info.value("threads", 1) << " thread"
+              << (info.value("threads", 1) == 1 ? "" : "s") << ")\n";
+    if (info.contains("memory")) {
+      const json& mem = info["memory"];
+      std::cout << "kernels: " << mem.value("blocks", 0) << " (" << mem.value("fallback_blocks", 0)
+                << " run by reference kernels)  activation memory: " << mem.value("peak_activation_bytes", 0) << " B planned vs "
+                << mem.value("naive_activation_bytes", 0) << " B unplanned\n";
+    }
+    if (info.contains("build") && info["build"].contains("compile_ms"))
+      std::cout << "compile: " << human_ms(info["build"].value("compile_ms", 0.0))
+                << (info["build"].value("cache_hit", false) ? " (kernel cache hit)" : " (compiled)") << "\n";
+  } else {
+    std::cout << " (reference interpreter, 1 thread";
+    if (threads != 1) std::cout << "; --threads " << threads << " has no effect on it";
+    std::cout << ")\n";
+  }
+  if (!profile.empty()) {
+    std::printf("%-8s %-44s %-13s %10s %9s\n", "kernel", "ops", "mapping", "ms", "GFLOP/s");
+    for (auto& r : profile) {
+      std::string ops;
+      for (auto& o : r["ops"]) ops += (ops.empty() ? "" : "+") + o.get<std::string>();
+      if (ops.size() > 44) ops = ops.substr(0, 41) + "...";
+      std::printf("%-8s %-44s %-13s %10.3f %9.2f%s\n", r["kernel"].get<std::string>().c_str(), ops.c_str(),
+                  r["mapping_type"].get<std::string>().c_str(), r["ms"].get<double>(), r["gflops"].get<double>(),
+                  r["generated"].get<bool>() ? "" : "  (reference kernels)");
+    }
+  }
   return 0;
 }
 
@@ -238,8 +298,10 @@ Command run_command() {
   s.summary = "run a model on .npy or random inputs; write outputs, time it";
   s.positionals = {{"MODEL", "an .onnx file"}};
   s.options = {
-      {"--target", "", "T", "where to run; supported now: reference (the interpreter; default)"},
-      {"--pipeline", "", "P", "none (the graph as imported; default), auto, or a pipeline name: the model is rewritten and its fusion plan run block by block"},
+      {"--target", "", "T", "where to run: reference (the interpreter; default), host, x86-avx2, x86-avx512, arm-neon (generated kernels)"},
+      {"--compiled", "", "DIR", "run a compiled artifact written by `nnfuse compile -o DIR` (MODEL may also be that DIR)"},
+      {"--profile", "", "", "time every kernel once (compiled targets): kernel, member ops, mapping type, ms, GFLOP/s"},
+      {"--pipeline", "", "P", "none (the graph as imported; default for reference), auto (default for compiled targets), or a pipeline name"},
       {"--pipeline-file", "", "FILE", "a pipeline file to run instead of --pipeline"},
       {"--rules", "", "FILE", "a user rule file for the pipeline's rule passes", true},
       {"--no-profile", "", "", "settle undecided fusions by the cost model alone"},
@@ -248,7 +310,7 @@ Command run_command() {
       {"--seed", "", "N", "seed of the random inputs used when no --input is given (default 0)"},
       {"--outputs", "", "DIR", "write one .npy per graph output into DIR (created if missing)"},
       {"--runs", "", "N", "run N times and report the median and min latency (default 1)"},
-      {"--threads", "", "T", "thread count; accepted and reported, but the reference interpreter is single-threaded"},
+      {"--threads", "", "T", "thread count of compiled targets (default: physical cores); the reference interpreter is single-threaded"},
       {"--json", "", "", "print one JSON object on stdout instead of text"},
   };
   s.description =
@@ -257,8 +319,9 @@ Command run_command() {
       "are random (floats uniform in [-1,1), integers in [0,10)) from --seed. Dynamic dims of random\n"
       "inputs must be bound with --shape. Output files are named after the outputs, with characters\n"
       "other than letters, digits, '.', '_' and '-' replaced by '_'.\n"
-      "Only --target reference exists for now (compiled targets come later); with a pipeline other\n"
-      "than none it runs the fusion plan block by block through the reference interpreter.";
+      "--target reference runs the interpreter (with a pipeline other than none, the fusion plan block\n"
+      "by block); host, x86-avx2, x86-avx512 and arm-neon compile the fused blocks to C++ kernels\n"
+      "(cached by content hash in $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels) and run them.";
   s.examples = {"nnfuse run model.onnx --input x=x.npy --outputs out/ --runs 10 --json",
                 "nnfuse run bert.onnx --shape input_ids=1,128 --shape attention_mask=1,128 --seed 3"};
   return {s, run_run};

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""nnfuse's generated CPU kernels (`--target host`) vs ONNX Runtime, in the same run, same thread
+count, batch 1: median latency per model and thread count, the ratio nnfuse/ORT and its geometric
+mean, plus nnfuse's planned vs unplanned activation memory. Prints a Markdown table.
+
+Each model is exported from the zoo, compiled once with `nnfuse compile` (kernel cache:
+$NNFUSE_CACHE_DIR), then timed by `nnfuse run DIR --runs N --threads T` (median over N runs after
+a warm-up run) and by onnxruntime with intra_op_num_threads = T (median over N runs after one
+warm-up), alternating so that both see the same machine load.
+
+Usage: python3 bench/host_vs_ort.py [--cli build/bindings/nnfuse] [--models resnet50,mobilenetv2]
+                                    [--threads 1,2] [--runs 10] [--workdir DIR]
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_CLI = os.path.join(HERE, "..", "build", "bindings", "nnfuse")
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+
+
+def cli(path, *args):
+    r = subprocess.run([path, *map(str, args), "--json"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"nnfuse {' '.join(map(str, args))} failed: {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", default=DEFAULT_CLI)
+    ap.add_argument("--models", default="resnet50,mobilenetv2,bert_base,gpt2")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--workdir", default="/tmp/nnfuse_bench")
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    from test_zoo_ort import make_inputs  # seeded inputs (ids within the vocab, masks)
+
+    rows = []
+    for name in a.models.split(","):
+        path = os.path.join(a.workdir, f"{name}.onnx")
+        if not os.path.exists(path):
+            cli(a.cli, "zoo", "export", name, "-o", path)
+        art = os.path.join(a.workdir, f"{name}.nnf")
+        t0 = time.time()
+        comp = cli(a.cli, "compile", path, "-o", art, "--no-profile")
+        compile_s = time.time() - t0
+        model = onnx.load(path, load_external_data=False)
+        feeds = make_inputs(model, "")
+        in_args = []
+        for i, (k, v) in enumerate(feeds.items()):
+            f = os.path.join(a.workdir, f"{name}_in{i}.npy")
+            np.save(f, v)
+            in_args += ["--input", f"{k}={f}"]
+        mem = comp["compile"]["memory"]
+        for t in map(int, a.threads.split(",")):
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = t
+            so.inter_op_num_threads = 1
+            so.log_severity_level = 3
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            sess.run(None, feeds)
+            ort_ms = []
+            for _ in range(a.runs):
+                s = time.perf_counter()
+                sess.run(None, feeds)
+                ort_ms.append((time.perf_counter() - s) * 1e3)
+            j = cli(a.cli, "run", art, *in_args, "--threads", t, "--runs", a.runs + 1)
+            nnf = j["latency_ms"]["median"]
+            orm = float(np.median(ort_ms))
+            rows.append(dict(model=name, threads=t, nnfuse_ms=nnf, ort_ms=orm, ratio=nnf / orm,
+                             nnfuse_min=j["latency_ms"]["min"], ort_min=float(np.min(ort_ms)),
+                             kernels=mem["blocks"], fallback=mem["fallback_blocks"],
+                             peak_mib=mem["peak_activation_bytes"] / 2**20, naive_mib=mem["naive_activation_bytes"] / 2**20,
+                             compile_s=compile_s))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    print("| model | threads | nnfuse median (min) ms | ORT median (min) ms | nnfuse/ORT median (min) | kernels (fallback) | activations planned / unplanned MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['threads']} | {r['nnfuse_ms']:.2f} ({r['nnfuse_min']:.2f}) | {r['ort_ms']:.2f} ({r['ort_min']:.2f}) | "
+              f"{r['ratio']:.2f} ({r['nnfuse_min'] / r['ort_min']:.2f}) | "
+              f"{r['kernels']} ({r['fallback']}) | {r['peak_mib']:.1f} / {r['naive_mib']:.1f} |")
+    for t in sorted({r["threads"] for r in rows}):
+        rs = [r["ratio"] for r in rows if r["threads"] == t]
+        rm = [r["nnfuse_min"] / r["ort_min"] for r in rows if r["threads"] == t]
+        print(f"\ngeomean nnfuse/ORT at {t} thread(s): median {math.exp(sum(map(math.log, rs)) / len(rs)):.2f}, "
+              f"min {math.exp(sum(map(math.log, rm)) / len(rm)):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+// nnfuse compile MODEL -o DIR: optimize, generate and compile the kernels for a CPU target, and
+// write a deployable artifact (kernels.so, model.onnx with the weights, plan.json) that
+// `nnfuse run DIR` loads and runs without a compiler.
+#include <chrono>
+#include <iostream>
+
+#include "api/compile.h"
+#include "api/optimize.h"
+#include "commands.h"
+#include "report.h"
+
+namespace nnfuse::cli {
+
+namespace {
+
+int run_compile(const ParsedArgs& args) {
+  const std::string path = args.positional(0);
+  const std::string out = args.get("--output");
+  const std::string target = args.get("--target", "host");
+  if (target == "reference" || target == "mali-opencl" || target == "volta-cuda")
+    throw UsageError("--target '" + target + "' has no deployable artifact; CPU targets: host, x86-avx2, x86-avx512, arm-neon",
+                     args.spec->usage_line());
+  Model m = load_model_file(path, shape_bindings(args));
+  OptimizeOptions o;
+  o.pipeline = args.get("--pipeline", "auto");
+  o.pipeline_file = args.get("--pipeline-file");
+  o.rule_files = args.all("--rules");
+  o.target = target;
+  o.profile = !args.has("--no-profile");
+  auto t0 = std::chrono::steady_clock::now();
+  OptimizeResult r = optimize(m, o);
+  CompileOptions co;
+  co.target = target;
+  co.cache_dir = args.get("--cache-dir");
+  auto exe = compile(m, r.plan ? &*r.plan : nullptr, co);
+  save_compiled(*exe, out);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  json info = exe->info();
+  if (args.json()) {
+    json j;
+    j["model"] = path;
+    j["target"] = target;
+    j["output"] = out;
+    j["files"] = {"kernels.so", "model.onnx", "plan.json"};
+    j["kernels"] = r.report.value("kernels", json(nullptr));
+    j["pipeline"] = r.pipeline.name;
+    j["compile"] = info;
+    j["total_ms"] = ms;
+    print_json(j);
+    return 0;
+  }
+  std::cout << "compiled " << path << " for " << target << " -> " << out << " (kernels.so, model.onnx, plan.json)\n";
+  if (info.contains("memory")) {
+    const json& mem = info["memory"];
+    std::cout << "kernels: " << mem.value("blocks", 0) << " (" << mem.value("fallback_blocks", 0) << " run by reference kernels)\n";
+  }
+  std::cout << "time: " << human_ms(ms) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Command compile_command() {
+  CommandSpec s;
+  s.name = "compile";
+  s.summary = "compile a model for a CPU target into a deployable artifact directory";
+  s.positionals = {{"MODEL", "an .onnx file"}};
+  s.options = {
+      {"--output", "-o", "DIR", "the artifact directory (created): kernels.so, model.onnx, plan.json", false, true},
+      {"--target", "", "T", "host (default), x86-avx2, x86-avx512, arm-neon"},
+      {"--pipeline", "", "P", "auto (default), none, or a pipeline name"},
+      {"--pipeline-file", "", "FILE", "a pipeline file to run instead of --pipeline"},
+      {"--rules", "", "FILE", "a user rule file for the pipeline's rule passes", true},
+      {"--no-profile", "", "", "settle undecided fusions by the cost model alone"},
+      {"--shape", "", "NAME=DIMS", "bind a model input's dims (compiled models have static shapes)", true},
+      {"--cache-dir", "", "DIR", "kernel cache directory (default $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels)"},
+      {"--json", "", "", "print one JSON object on stdout instead of text"},
+  };
+  s.description =
+      "Optimizes MODEL, generates C++ kernels for its fused blocks, compiles them with the system\n"
+      "compiler and writes DIR. `nnfuse run DIR` (or `nnfuse run X --compiled DIR`) runs it with no\n"
+      "compiler present. Dynamic input dims must be bound with --shape.";
+  s.examples = {"nnfuse compile resnet50.onnx -o resnet50.nnf", "nnfuse run resnet50.nnf --runs 20 --threads 2"};
+  return {s, run_compile};
+}
+
+}  // namespace nnfuse::cli

@@ -1,0 +1,401 @@
+#include "kernels/cpu_model.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "graph/error.h"
+#include "graph/onnx_io.h"
+#include "graph/op_registry.h"
+#include "kernels/emit_cpp.h"
+
+namespace fs = std::filesystem;
+
+namespace nnfuse {
+
+bool is_cpu_target(const std::string& t) { return t == "host" || t == "x86-avx2" || t == "x86-avx512" || t == "arm-neon"; }
+
+namespace {
+
+constexpr const char* kArtifactFormat = "nnfuse-cpu-artifact-1";
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Arena memory: 64-byte aligned, one per concurrent run.
+char* aligned_base(std::unique_ptr<char[]>& raw) {
+  uintptr_t p = reinterpret_cast<uintptr_t>(raw.get());
+  return reinterpret_cast<char*>((p + 63) / 64 * 64);
+}
+
+}  // namespace
+
+std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan, const CpuCompileOptions& o) {
+  if (!is_cpu_target(o.target)) fail(ErrorKind::Unsupported, "target '" + o.target + "' is not a CPU target");
+  std::unique_ptr<CpuModel> m(new CpuModel());
+  m->target_ = o.target;
+  auto t0 = std::chrono::steady_clock::now();
+  m->plan_ = plan ? *plan : singleton_plan(g);
+  m->mod_ = lower_module(g, m->plan_, o.lower);
+  double lower_ms = ms_since(t0);
+  int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  int units = o.max_units > 0 ? o.max_units : std::max(1, 2 * jobs);
+  auto t1 = std::chrono::steady_clock::now();
+  std::vector<SourceUnit> src = emit_cpp(m->mod_, units);
+  double emit_ms = ms_since(t1);
+  m->units_ = units;
+  {
+    std::string all;
+    for (auto& u : src) all += u.code;
+    m->code_hash_ = content_hash(all);
+  }
+  m->build_info_ = {{"lower_ms", lower_ms}, {"emit_ms", emit_ms}, {"units", src.size()}};
+  if (!src.empty()) {
+    ToolchainOptions to;
+    to.target = o.target;
+    to.cache_dir = o.cache_dir;
+    to.jobs = jobs;
+    BuildResult br = build_shared_object(src, to);
+    m->so_path_ = br.so_path;
+    m->hash_ = br.hash;
+    m->build_info_["compile_ms"] = br.ms;
+    m->build_info_["cache_hit"] = br.cache_hit;
+    m->build_info_["rebuilt_corrupt_entry"] = br.rebuilt_corrupt;
+    m->build_info_["hash"] = br.hash;
+    m->build_info_["shared_object"] = br.so_path;
+    size_t lines = 0;
+    for (auto& u : src) lines += size_t(std::count(u.code.begin(), u.code.end(), '\n'));
+    m->build_info_["generated_lines"] = lines;
+#if !defined(__aarch64__)
+    if (m->target_ == "arm-neon") {
+      // Cross-compiled: the library cannot be loaded here; `nnfuse compile -o DIR` still writes
+      // the artifact for the Arm machine.
+      m->pool_ = std::make_unique<ThreadPool>(o.threads);
+      m->cross_ = true;
+      return m;
+    }
+#endif
+    m->so_ = std::make_unique<SharedObject>(br.so_path);
+  }
+  m->pool_ = std::make_unique<ThreadPool>(o.threads);
+  m->link_stages();
+  return m;
+}
+
+void CpuModel::link_stages() {
+  fns_.assign(mod_.stages.size(), nullptr);
+  prepared_.assign(mod_.buffers.size(), nullptr);
+  release_.assign(mod_.buffers.size(), nullptr);
+  std::vector<void*> weights(mod_.buffers.size(), nullptr);
+  for (auto& B : mod_.buffers)
+    if (B.kind == BufferKind::Weight) weights[size_t(B.id)] = const_cast<void*>(B.data.raw());
+  for (size_t i = 0; i < mod_.stages.size(); ++i) {
+    const Stage& s = mod_.stages[i];
+    if (s.kind == StageKind::Fallback) continue;
+    if (!so_) fail(ErrorKind::Runtime, "generated stage " + s.name + " has no loaded library (cross-compiled for another target?)");
+    fns_[i] = reinterpret_cast<nnfuse_stage_fn>(so_->symbol(stage_symbol(s)));
+    if (s.prepared >= 0) {
+      auto prep = reinterpret_cast<void* (*)(void* const*)>(so_->symbol(stage_symbol(s) + "_prepare"));
+      release_[size_t(s.prepared)] = reinterpret_cast<void (*)(void*)>(so_->symbol(stage_symbol(s) + "_release"));
+      prepared_[size_t(s.prepared)] = prep(weights.data());
+    }
+  }
+}
+
+CpuModel::~CpuModel() {
+  for (size_t i = 0; i < prepared_.size(); ++i)
+    if (prepared_[i] && release_[i]) release_[i](prepared_[i]);
+}
+
+void CpuModel::run_fallback(const Stage& st, void* const* ptrs, std::map<int, Tensor>& dyn) const {
+  const Graph& g = mod_.graph;
+  std::map<std::string, Tensor> local;
+  auto value = [&](const std::string& v) -> const Tensor* {
+    auto it = local.find(v);
+    if (it != local.end()) return &it->second;
+    int b = mod_.buffer_id(v);
+    if (b < 0) {
+      if (const Tensor* c = g.constant_value(v)) return c;
+      fail(ErrorKind::Runtime, "fallback stage " + st.name + ": value '" + v + "' has no buffer");
+    }
+    const KBuffer& B = mod_.buffers[size_t(b)];
+    if (B.dynamic) {
+      auto d = dyn.find(b);
+      if (d == dyn.end()) fail(ErrorKind::Runtime, "fallback stage " + st.name + ": '" + v + "' was not computed");
+      local[v] = d->second;
+    } else {
+      local[v] = Tensor::wrap(B.dtype, B.shape, ptrs[b], nullptr);
+    }
+    return &local[v];
+  };
+  SubgraphRunner sub = [](const Graph& body, const std::vector<Tensor>& inputs) {
+    TensorMap feeds;
+    const auto& names = body.inputs();
+    for (size_t i = 0; i < names.size() && i < inputs.size(); ++i) feeds[names[i]] = inputs[i];
+    Interpreter it(body);
+    TensorMap out = it.run(feeds);
+    std::vector<Tensor> res;
+    for (auto& o : body.outputs()) res.push_back(out.at(o));
+    return res;
+  };
+  for (NodeId id : st.nodes) {
+    const Node& n = g.node(id);
+    std::vector<const Tensor*> ins;
+    for (auto& v : n.inputs) ins.push_back(v.empty() ? nullptr : value(v));
+    std::vector<Tensor> outs = run_node(n, mod_.opset, ins, sub);
+    for (size_t i = 0; i < n.outputs.size() && i < outs.size(); ++i)
+      if (!n.outputs[i].empty()) local[n.outputs[i]] = outs[i];
+  }
+  for (int b : st.outputs) {
+    const KBuffer& B = mod_.buffers[size_t(b)];
+    auto it = local.find(B.value);
+    if (it == local.end()) fail(ErrorKind::Runtime, "fallback stage " + st.name + " did not produce '" + B.value + "'");
+    const Tensor& t = it->second;
+    if (B.dynamic) {
+      dyn[b] = t;
+      continue;
+    }
+    if (t.raw() == ptrs[b]) continue;
+    if (t.dtype() != B.dtype || t.numel() != shape_numel(B.shape))
+      fail(ErrorKind::Runtime, "fallback stage " + st.name + ": '" + B.value + "' came out as " + dtype_name(t.dtype()) +
+                                   shape_str(t.shape()) + ", planned " + dtype_name(B.dtype) + shape_str(B.shape));
+    std::memcpy(ptrs[b], t.raw(), size_t(B.bytes));
+  }
+}
+
+TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const {
+  if (cross_) fail(ErrorKind::Unsupported, "this model was cross-compiled for " + target_ + " and cannot run on this machine");
+  // An arena for this call (reused across calls; one per concurrent call).
+  std::unique_ptr<char[]> arena;
+  {
+    std::lock_guard<std::mutex> lock(arenas_mu_);
+    if (!free_arenas_.empty()) {
+      arena = std::move(free_arenas_.back());
+      free_arenas_.pop_back();
+    }
+  }
+  if (!arena) {
+    arena.reset(new char[size_t(mod_.arena_bytes) + 64]);
+    std::lock_guard<std::mutex> lock(arenas_mu_);
+    ++arenas_made_;
+  }
+  struct Return {
+    const CpuModel* m;
+    std::unique_ptr<char[]>& a;
+    ~Return() {
+      std::lock_guard<std::mutex> lock(m->arenas_mu_);
+      m->free_arenas_.push_back(std::move(a));
+    }
+  } give_back{this, arena};
+  char* base = aligned_base(arena);
+
+  std::vector<void*> ptrs(mod_.buffers.size(), nullptr);
+  TensorMap result;
+  std::map<int, Tensor> outputs, dyn;
+  for (auto& B : mod_.buffers) {
+    if (B.dynamic) continue;
+    switch (B.kind) {
+      case BufferKind::Weight:
+        ptrs[size_t(B.id)] = B.prepared_by >= 0 ? prepared_[size_t(B.id)] : const_cast<void*>(B.data.raw());
+        break;
+      case BufferKind::Activation: ptrs[size_t(B.id)] = base + B.offset; break;
+      case BufferKind::Output: {
+        Tensor t(B.dtype, B.shape);
+        ptrs[size_t(B.id)] = t.raw();
+        outputs[B.id] = t;
+        break;
+      }
+      case BufferKind::Input: break;
+    }
+  }
+  for (auto& [name, b] : mod_.graph_inputs) {
+    auto it = feeds.find(name);
+    if (it == feeds.end()) fail(ErrorKind::Invalid, "missing input '" + name + "'");
+    const KBuffer& B = mod_.buffers[size_t(b)];
+    const Tensor& t = it->second;
+    if (t.dtype() != B.dtype || t.shape() != B.shape)
+      fail(ErrorKind::Invalid, "input '" + name + "' is " + dtype_name(t.dtype()) + shape_str(t.shape()) + "; the model was compiled for " +
+                                   dtype_name(B.dtype) + shape_str(B.shape));
+    if (B.kind == BufferKind::Output) std::memcpy(ptrs[size_t(b)], t.raw(), t.nbytes());  // an input that is also an output
+    else ptrs[size_t(b)] = const_cast<void*>(t.raw());
+  }
+  nnfuse_exec_ctx ctx = pool_->ctx();
+  if (stage_ms) stage_ms->assign(mod_.stages.size(), 0);
+  for (size_t i = 0; i < mod_.stages.size(); ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (fns_[i]) fns_[i](&ctx, ptrs.data());
+    else run_fallback(mod_.stages[i], ptrs.data(), dyn);
+    if (stage_ms) (*stage_ms)[i] = ms_since(t0);
+  }
+  for (auto& [name, b] : mod_.graph_outputs) {
+    const KBuffer& B = mod_.buffers[size_t(b)];
+    if (B.dynamic) result[name] = dyn.at(b);
+    else if (B.kind == BufferKind::Output) result[name] = outputs.at(b);
+    else {
+      Tensor t(B.dtype, B.shape);
+      std::memcpy(t.raw(), ptrs[size_t(b)], size_t(B.bytes));
+      result[name] = t;
+    }
+  }
+  return result;
+}
+
+TensorMap CpuModel::run(const TensorMap& feeds) const { return run_impl(feeds, nullptr); }
+
+nlohmann::json CpuModel::profile(const TensorMap& feeds) const {
+  std::vector<double> ms;
+  run_impl(feeds, &ms);
+  nlohmann::json rows = nlohmann::json::array();
+  std::map<int, size_t> row_of;
+  for (size_t i = 0; i < mod_.stages.size(); ++i) {
+    const Stage& s = mod_.stages[i];
+    if (!row_of.count(s.block)) {
+      row_of[s.block] = rows.size();
+      std::vector<std::string> ops;
+      for (NodeId id : s.nodes) ops.push_back(mod_.graph.node(id).op_type);
+      rows.push_back({{"kernel", "b" + std::to_string(s.block)}, {"ops", ops}, {"mapping_type", s.mapping}, {"ms", 0.0}, {"flops", 0.0},
+                      {"stages", nlohmann::json::array()}, {"generated", s.kind != StageKind::Fallback}});
+    }
+    auto& r = rows[row_of[s.block]];
+    r["ms"] = r["ms"].get<double>() + ms[i];
+    r["flops"] = r["flops"].get<double>() + s.flops;
+    r["stages"].push_back(s.name + (s.anchor_op.empty() ? "" : ":" + s.anchor_op));
+    if (s.kind == StageKind::Fallback) r["generated"] = false;
+  }
+  for (auto& r : rows) {
+    double t = r["ms"].get<double>();
+    r["gflops"] = t > 0 ? r["flops"].get<double>() / (t * 1e6) : 0.0;
+  }
+  return rows;
+}
+
+nlohmann::json CpuModel::info() const {
+  nlohmann::json j;
+  j["target"] = target_;
+  j["kernels"] = mod_.blocks;
+  j["threads"] = pool_ ? pool_->threads() : 0;
+  j["memory"] = mod_.summary();
+  j["build"] = build_info_;
+  {
+    std::lock_guard<std::mutex> lock(arenas_mu_);
+    j["arenas"] = arenas_made_;
+  }
+  int gen = 0;
+  for (auto& s : mod_.stages) gen += s.kind != StageKind::Fallback;
+  j["generated_stages"] = gen;
+  return j;
+}
+
+// ---------------------------------------------------------------- artifacts
+void CpuModel::save(const std::string& dir) const {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir)) fail(ErrorKind::Io, "cannot create artifact directory '" + dir + "'");
+  Model m;
+  m.graph = mod_.graph;
+  // Fusion blocks are recorded by node name: give every node a unique one.
+  std::set<std::string> names;
+  for (NodeId id : m.graph.node_ids()) {
+    std::string n = m.graph.node(id).name;
+    if (n.empty() || names.count(n)) {
+      n = "nnfuse_node_" + std::to_string(id);
+      m.graph.set_node_name(id, n);
+    }
+    names.insert(n);
+  }
+  save_model(m, (fs::path(dir) / "model.onnx").string());
+  if (!so_path_.empty()) fs::copy_file(so_path_, fs::path(dir) / "kernels.so", fs::copy_options::overwrite_existing);
+  nlohmann::json plan;
+  plan["format"] = kArtifactFormat;
+  plan["target"] = target_;
+  plan["hash"] = hash_;
+  plan["code_hash"] = code_hash_;
+  plan["units"] = units_;
+  plan["kernels_checksum"] = so_path_.empty() ? "" : file_checksum((fs::path(dir) / "kernels.so").string());
+  nlohmann::json blocks = nlohmann::json::array();
+  for (auto& b : plan_.blocks) {
+    std::vector<std::string> mem;
+    for (NodeId id : b.members) mem.push_back(m.graph.node(id).name);
+    blocks.push_back({{"id", b.id}, {"members", mem}, {"anchor", b.anchor == kNoNode ? "" : m.graph.node(b.anchor).name},
+                      {"mapping_type", mapping_type_name(b.type)}, {"inputs", b.inputs}, {"outputs", b.outputs}});
+  }
+  plan["blocks"] = blocks;
+  std::vector<std::string> stages;
+  for (auto& s : mod_.stages) stages.push_back(s.name + ":" + stage_kind_name(s.kind));
+  plan["stages"] = stages;
+  plan["memory"] = mod_.summary();
+  std::ofstream f(fs::path(dir) / "plan.json");
+  f << plan.dump(2) << "\n";
+  if (!f) fail(ErrorKind::Io, "cannot write plan.json in '" + dir + "'");
+}
+
+std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
+  fs::path d(dir);
+  std::ifstream f(d / "plan.json");
+  if (!f) fail(ErrorKind::Io, "'" + dir + "' is not a compiled nnfuse model (no plan.json)");
+  nlohmann::json plan;
+  try {
+    f >> plan;
+  } catch (const std::exception& e) {
+    fail(ErrorKind::Io, "'" + (d / "plan.json").string() + "': " + e.what());
+  }
+  if (plan.value("format", "") != kArtifactFormat) fail(ErrorKind::Io, "'" + dir + "': unknown artifact format");
+  Model model = load_model((d / "model.onnx").string());
+  std::unique_ptr<CpuModel> m(new CpuModel());
+  m->target_ = plan["target"];
+  const Graph& g = model.graph;
+  std::map<std::string, NodeId> by_name;
+  for (NodeId id : g.node_ids()) by_name[g.node(id).name] = id;
+  FusionPlan fp;
+  fp.target = m->target_;
+  for (auto& b : plan["blocks"]) {
+    FusionBlock blk;
+    blk.id = b["id"];
+    for (auto& n : b["members"]) {
+      auto it = by_name.find(n.get<std::string>());
+      if (it == by_name.end()) fail(ErrorKind::Io, "artifact plan names node '" + n.get<std::string>() + "' absent from model.onnx");
+      blk.members.push_back(it->second);
+    }
+    std::string a = b["anchor"];
+    blk.anchor = a.empty() ? kNoNode : by_name.at(a);
+    blk.type = mapping_type_from_name(b["mapping_type"]).value_or(MappingType::OneToOne);
+    blk.inputs = b["inputs"].get<std::vector<std::string>>();
+    blk.outputs = b["outputs"].get<std::vector<std::string>>();
+    fp.blocks.push_back(blk);
+  }
+  for (NodeId id : g.node_ids())
+    if (g.node(id).op_type == "Constant") fp.constants.push_back(id);
+  m->plan_ = fp;
+  m->mod_ = lower_module(g, fp);
+  // The lowering must reproduce the stages the library was generated for.
+  std::vector<std::string> stages;
+  for (auto& s : m->mod_.stages) stages.push_back(s.name + ":" + stage_kind_name(s.kind));
+  if (stages != plan["stages"].get<std::vector<std::string>>())
+    fail(ErrorKind::Io, "artifact '" + dir + "' is stale: its kernels were generated for a different lowering (rebuild it with nnfuse compile)");
+  m->hash_ = plan.value("hash", "");
+  {
+    std::string all;
+    for (auto& u : emit_cpp(m->mod_, plan.value("units", 1))) all += u.code;
+    if (content_hash(all) != plan.value("code_hash", ""))
+      fail(ErrorKind::Io, "artifact '" + dir + "' is stale: it was generated by another version of nnfuse's code generator (rebuild it with nnfuse compile)");
+  }
+  bool any_gen = false;
+  for (auto& s : m->mod_.stages) any_gen |= s.kind != StageKind::Fallback;
+  if (any_gen) {
+    std::string so = (d / "kernels.so").string();
+    if (!fs::exists(so)) fail(ErrorKind::Io, "artifact '" + dir + "' lacks kernels.so");
+    if (file_checksum(so) != plan.value("kernels_checksum", ""))
+      fail(ErrorKind::Io, "artifact '" + dir + "': kernels.so is corrupt (checksum mismatch); rebuild it with nnfuse compile");
+    m->so_path_ = so;
+    m->so_ = std::make_unique<SharedObject>(so);
+  }
+  m->pool_ = std::make_unique<ThreadPool>(threads);
+  m->build_info_ = {{"artifact", dir}, {"hash", m->hash_}};
+  m->link_stages();
+  return m;
+}
+
+}  // namespace nnfuse

@@ -1,0 +1,80 @@
+#pragma once
+// A model compiled for a CPU target: the kernel module (lowered blocks, memory plan), the loaded
+// shared object of generated stages, and the runtime that executes them (thread pool, a pool of
+// arenas so that concurrent run() calls never share activations, reused across runs).
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fusion/planner.h"
+#include "graph/interpreter.h"
+#include "kernels/thread_pool.h"
+#include "kernels/toolchain.h"
+#include "lowering/kernel_ir.h"
+
+namespace nnfuse {
+
+struct CpuCompileOptions {
+  std::string target = "host";
+  int threads = 0;          // 0: physical cores
+  std::string cache_dir;    // "" = $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels
+  int jobs = 0;             // parallel compiler processes
+  int max_units = 0;        // translation units (0: 2 per job, at least 1)
+  LowerOptions lower;
+};
+
+bool is_cpu_target(const std::string& target);
+
+class CpuModel {
+ public:
+  // Lowers, emits, compiles (or finds in the cache) and loads. `plan` may be null (one block
+  // per operator).
+  static std::unique_ptr<CpuModel> build(const Graph& g, const FusionPlan* plan, const CpuCompileOptions& o);
+  // Loads an artifact written by save(): no compiler is needed.
+  static std::unique_ptr<CpuModel> load(const std::string& dir, int threads = 0);
+  // Writes the deployable artifact: kernels.so, model.onnx (the optimized graph and its weights),
+  // plan.json (fusion blocks by node name, target, hash, memory plan).
+  void save(const std::string& dir) const;
+
+  TensorMap run(const TensorMap& feeds) const;
+  // Runs once, timing every stage; one row per block (kernel, ops, mapping type, ms, GFLOP/s).
+  nlohmann::json profile(const TensorMap& feeds) const;
+  nlohmann::json info() const;
+  const KernelModule& module() const { return mod_; }
+  int threads() const { return pool_->threads(); }
+
+ private:
+  CpuModel() = default;
+ public:
+  ~CpuModel();
+  CpuModel(const CpuModel&) = delete;
+  CpuModel& operator=(const CpuModel&) = delete;
+
+ private:
+  void link_stages();
+  TensorMap run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const;
+  void run_fallback(const Stage& st, void* const* ptrs, std::map<int, Tensor>& dyn) const;
+
+  KernelModule mod_;
+  FusionPlan plan_;
+  std::string target_;
+  std::string so_path_, hash_;
+  std::string code_hash_;  // of the emitted sources: an artifact is stale when they differ
+  int units_ = 1;
+  bool cross_ = false;  // built for another CPU: saved, never run here
+  std::unique_ptr<SharedObject> so_;
+  std::vector<nnfuse_stage_fn> fns_;  // per stage; null for fallback stages
+  std::vector<void*> prepared_;       // per buffer: data made by a stage's prepare entry point
+  std::vector<void (*)(void*)> release_;
+  std::unique_ptr<ThreadPool> pool_;
+  nlohmann::json build_info_;
+  mutable std::mutex arenas_mu_;
+  mutable std::vector<std::unique_ptr<char[]>> free_arenas_;
+  mutable int arenas_made_ = 0;
+};
+
+}  // namespace nnfuse

@@ -1,0 +1,263 @@
+// C++ emitter: kernel IR stages -> C++ source using xsimd and the microkernel templates.
+#include "kernels/emit_cpp.h"
+
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "graph/error.h"
+
+namespace nnfuse {
+
+std::string stage_symbol(const Stage& s) { return "nf_" + s.name; }
+
+namespace {
+
+std::string flt(double v) {
+  if (std::isinf(v)) return v > 0 ? "std::numeric_limits<float>::infinity()" : "(-std::numeric_limits<float>::infinity())";
+  if (std::isnan(v)) return "std::numeric_limits<float>::quiet_NaN()";
+  std::ostringstream o;
+  o << std::setprecision(9) << float(v);
+  std::string s = o.str();
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return "float(" + s + ")";
+}
+
+std::string i64(int64_t v) { return "int64_t(" + std::to_string(v) + ")"; }
+
+struct StageEmitter {
+  const KernelModule& m;
+  const Stage& st;
+  std::ostringstream pre;   // helper functions before the entry point
+  std::ostringstream body;  // the entry point
+
+  StageEmitter(const KernelModule& mod, const Stage& s) : m(mod), st(s) {}
+
+  std::string off_fn(const IndexMap& map, int tag) {
+    std::string fn = "off_" + st.name + "_" + std::to_string(tag);
+    pre << "static inline int64_t " << fn << "(int64_t r, int64_t c) {\n";
+    pre << "  int64_t e = r * " << i64(st.width) << " + c;\n";
+    const Shape& d = map.domain;
+    std::string cur = "a0";
+    pre << "  int64_t a0[" << std::max<size_t>(d.size(), 1) << "] = {0};\n";
+    for (size_t k = d.size(); k-- > 0;) {
+      pre << "  a0[" << k << "] = e % " << i64(d[k]) << "; e /= " << i64(d[k]) << ";\n";
+    }
+    Shape from = d;
+    int n = 0;
+    for (auto& s : map.steps) {
+      std::string nxt = "a" + std::to_string(++n);
+      pre << "  int64_t " << nxt << "[" << std::max<size_t>(s.to.size(), 1) << "] = {0};\n";
+      if (s.kind == IndexStep::Offset) {
+        for (size_t k = 0; k < s.to.size(); ++k) pre << "  " << nxt << "[" << k << "] = " << cur << "[" << k << "] + " << i64(s.off[k]) << ";\n";
+      } else if (s.kind == IndexStep::Select) {
+        for (size_t k = 0; k < s.to.size(); ++k)
+          if (s.src[k] >= 0) pre << "  " << nxt << "[" << k << "] = " << cur << "[" << s.src[k] << "];\n";
+      } else {
+        pre << "  { int64_t l = 0;\n";
+        for (size_t k = 0; k < s.from.size(); ++k) pre << "    l = l * " << i64(s.from[k]) << " + " << cur << "[" << k << "];\n";
+        for (size_t k = s.to.size(); k-- > 0;) pre << "    " << nxt << "[" << k << "] = l % " << i64(s.to[k]) << "; l /= " << i64(s.to[k]) << ";\n";
+        pre << "  }\n";
+      }
+      cur = nxt;
+      from = s.to;
+    }
+    pre << "  int64_t o = 0;\n";
+    for (size_t k = 0; k < from.size(); ++k) pre << "  o = o * " << i64(from[k]) << " + " << cur << "[" << k << "];\n";
+    pre << "  return o;\n}\n";
+    return fn;
+  }
+
+  std::string offset_expr(const IndexMap& map, const Access& a, int tag) {
+    if (a.affine) return (a.base ? i64(a.base) + " + " : std::string()) + "r * " + i64(a.row_stride) + " + c * " + i64(a.col_stride);
+    return off_fn(map, tag) + "(r, c)";
+  }
+
+  std::string buf(int b) { return "b" + std::to_string(b); }
+
+  void declare_buffers() {
+    std::set<int> used;
+    for (auto& e : st.exprs)
+      if (e.kind == Expr::Load) used.insert(e.buffer);
+    for (auto& s : st.stores) used.insert(s.buffer);
+    for (int b : st.anchor_inputs)
+      if (b >= 0) used.insert(b);
+    if (st.anchor_output >= 0) used.insert(st.anchor_output);
+    for (int b : used) body << "  float* " << buf(b) << " = static_cast<float*>(B[" << b << "]);\n";
+    body << "  (void)B;\n";
+  }
+
+  // Emits the expression pool and the stores as statements of a generic body (V, r, c in scope).
+  void emit_exprs(std::ostringstream& o, bool epilogue) {
+    for (size_t i = 0; i < st.exprs.size(); ++i) {
+      const Expr& e = st.exprs[i];
+      std::string n = "e" + std::to_string(i);
+      o << "    const V " << n << " = ";
+      auto a = [&](size_t k) { return "e" + std::to_string(e.args[k]); };
+      switch (e.kind) {
+        case Expr::Load: {
+          int K = e.access.affine && e.access.col_stride == 0 ? 0 : 1;
+          o << "nf::ld<V, " << K << ">(" << buf(e.buffer) << " + " << offset_expr(e.map, e.access, int(i)) << ")";
+          break;
+        }
+        case Expr::Const: o << "nf::cst<V>(" << flt(e.value) << ")"; break;
+        case Expr::AnchorValue: o << (epilogue ? "v" : "V(0.f)"); break;
+        case Expr::Clip: o << "nf::op_Clip<V>(" << a(0) << ", " << flt(e.lo) << ", " << flt(e.hi) << ")"; break;
+        case Expr::Unary:
+          if (e.op == "LeakyRelu" || e.op == "Elu" || e.op == "HardSigmoid")
+            o << "nf::op_" << e.op << "<V>(" << a(0) << ", " << flt(e.lo) << ", " << flt(e.hi) << ")";
+          else
+            o << "nf::op_" << e.op << "<V>(" << a(0) << ")";
+          break;
+        case Expr::Binary: o << "nf::op_" << e.op << "<V>(" << a(0) << ", " << a(1) << ")"; break;
+      }
+      o << ";\n    (void)" << n << ";\n";
+    }
+  }
+
+  void emit_stores(std::ostringstream& o, int skip) {
+    for (size_t i = 0; i < st.stores.size(); ++i) {
+      if (int(i) == skip) continue;
+      const Store& s = st.stores[i];
+      o << "    nf::st<V>(" << buf(s.buffer) << " + " << offset_expr(s.map, s.access, 1000 + int(i)) << ", e" << s.expr << ");\n";
+    }
+  }
+
+  std::string elementwise() {
+    body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
+    declare_buffers();
+    body << "  auto body = [&](auto tag, int64_t r, int64_t c) {\n    using V = decltype(tag);\n    (void)r; (void)c;\n";
+    emit_exprs(body, false);
+    emit_stores(body, -1);
+    body << "  };\n";
+    body << "  nf::elementwise<" << (st.vectorizable ? "true" : "false") << ">(ctx, " << i64(st.rows) << ", " << i64(st.width) << ", body);\n}\n";
+    return pre.str() + body.str();
+  }
+
+  int64_t ip(const std::string& k) const {
+    auto it = st.iparams.find(k);
+    if (it == st.iparams.end()) fail(ErrorKind::Invalid, "emitter: stage " + st.name + " lacks parameter " + k);
+    return it->second;
+  }
+
+  std::string anchor() {
+    body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
+    declare_buffers();
+    body << "  nf::Par par{ctx};\n  (void)par;\n";
+    body << "  auto body = [&](auto v, int64_t r, int64_t c) {\n    using V = decltype(v);\n    (void)r; (void)c;\n";
+    emit_exprs(body, true);
+    emit_stores(body, st.primary_store);
+    if (st.primary_store >= 0) body << "    return e" << st.stores[size_t(st.primary_store)].expr << ";\n";
+    else body << "    return v;\n";
+    body << "  };\n";
+    if (st.vectorizable) body << "  const auto& ep = body;\n";
+    else body << "  nf::LaneSplit<decltype(body)> ep{body};\n";
+    std::string y = buf(st.anchor_output);
+    auto in = [&](size_t k) { return buf(st.anchor_inputs.at(k)); };
+    const std::string& op = st.anchor_op;
+    if (op == "MatMul" || op == "Gemm") {
+      int64_t M = ip("M"), N = ip("N"), K = ip("K"), batch = ip("batch");
+      const auto& ao = st.vparams.at("a_off");
+      const auto& bo = st.vparams.at("b_off");
+      body << "  nnfuse::mk::GemmArgs g = nnfuse::mk::GemmArgs::matmul(" << M << ", " << N << ", " << K << ", " << in(0) << ", "
+           << (ip("transA") ? "true" : "false") << ", " << in(1) << ", " << (ip("transB") ? "true" : "false") << ", " << y << ");\n";
+      body << "  g.alpha = " << flt(st.fparams.count("alpha") ? st.fparams.at("alpha") : 1.0) << ";\n";
+      bool affine = true;
+      int64_t as = batch > 1 ? ao[1] - ao[0] : 0, bs = batch > 1 ? bo[1] - bo[0] : 0;
+      for (int64_t b = 0; b < batch; ++b)
+        if (ao[size_t(b)] != b * as || bo[size_t(b)] != b * bs) affine = false;
+      if (st.prepared >= 0) {
+        // B is a weight shared by every batch: packed once by the prepare entry point.
+        int64_t b_rs = ip("transB") ? 1 : N, b_cs = ip("transB") ? K : 1;
+        pre << "extern \"C\" void* " << stage_symbol(st) << "_prepare(void* const* B) {\n"
+            << "  auto* pb = new nnfuse::mk::PackedB<nf::A>();\n"
+            << "  pb->pack(" << K << ", " << N << ", static_cast<const float*>(B[" << st.anchor_inputs[1] << "]), " << b_rs << ", " << b_cs << ");\n"
+            << "  return pb;\n}\n"
+            << "extern \"C\" void " << stage_symbol(st) << "_release(void* p) { delete static_cast<nnfuse::mk::PackedB<nf::A>*>(p); }\n";
+        body << "  const auto& pb = *static_cast<const nnfuse::mk::PackedB<nf::A>*>(B[" << st.prepared << "]);\n";
+        if (affine) {
+          body << "  g.batch = " << batch << "; g.a_bs = " << as << "; g.c_bs = " << M * N << ";\n";
+          body << "  nnfuse::mk::gemm_packed<nf::A>(g, pb, ep, par);\n";
+        } else {
+          body << "  static const int64_t aoff[] = {";
+          for (size_t b = 0; b < ao.size(); ++b) body << (b ? "," : "") << ao[b];
+          body << "};\n  for (int64_t b = 0; b < " << batch << "; ++b) {\n";
+          body << "    g.A = " << in(0) << " + aoff[b]; g.C = " << y << " + b * " << M * N << ";\n";
+          body << "    nnfuse::mk::OffsetEpilogue<std::decay_t<decltype(ep)>> oep{ep, b * " << M << ", 0};\n";
+          body << "    nnfuse::mk::gemm_packed<nf::A>(g, pb, oep, par);\n  }\n";
+        }
+      } else if (affine) {
+        body << "  g.batch = " << batch << "; g.a_bs = " << as << "; g.b_bs = " << bs << "; g.c_bs = " << M * N << ";\n";
+        body << "  nnfuse::mk::gemm<nf::A>(g, ep, par);\n";
+      } else {
+        body << "  static const int64_t aoff[] = {";
+        for (size_t b = 0; b < ao.size(); ++b) body << (b ? "," : "") << ao[b];
+        body << "};\n  static const int64_t boff[] = {";
+        for (size_t b = 0; b < bo.size(); ++b) body << (b ? "," : "") << bo[b];
+        body << "};\n";
+        body << "  for (int64_t b = 0; b < " << batch << "; ++b) {\n";
+        body << "    g.A = " << in(0) << " + aoff[b]; g.B = " << in(1) << " + boff[b]; g.C = " << y << " + b * " << M * N << ";\n";
+        body << "    nnfuse::mk::OffsetEpilogue<std::decay_t<decltype(ep)>> oep{ep, b * " << M << ", 0};\n";
+        body << "    nnfuse::mk::gemm<nf::A>(g, oep, par);\n  }\n";
+      }
+    } else if (op == "Conv") {
+      body << "  nnfuse::mk::Conv2dArgs a;\n";
+      body << "  a.N = " << ip("N") << "; a.C = " << ip("C") << "; a.H = " << ip("H") << "; a.W = " << ip("W") << ";\n";
+      body << "  a.K = " << ip("CO") << "; a.OH = " << ip("OH") << "; a.OW = " << ip("OW") << "; a.KH = " << ip("KH") << "; a.KW = " << ip("KW") << ";\n";
+      body << "  a.stride_h = " << ip("SH") << "; a.stride_w = " << ip("SW") << "; a.pad_top = " << ip("PH") << "; a.pad_left = " << ip("PW") << ";\n";
+      body << "  a.dil_h = " << ip("DH") << "; a.dil_w = " << ip("DW") << "; a.group = " << ip("G") << ";\n";
+      body << "  a.set_contiguous();\n  a.x = " << in(0) << "; a.w = " << in(1) << "; a.y = " << y << ";\n";
+      body << "  nnfuse::mk::conv2d<nf::A>(a, ep, par);\n";
+    } else if (op == "Pool") {
+      body << "  nf::pool2d(ctx, " << in(0) << ", " << y;
+      for (auto k : {"N", "C", "H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW", "PH1", "PW1", "DH", "DW"}) body << ", " << i64(ip(k));
+      body << ", " << (ip("MAX") ? "true" : "false") << ", " << (ip("CIP") ? "true" : "false") << ", ep);\n";
+    } else if (op == "Softmax") {
+      body << "  nf::softmax(ctx, " << in(0) << ", " << y << ", " << i64(ip("rows")) << ", " << i64(ip("n")) << ", ep);\n";
+    } else if (op == "LayerNormalization") {
+      body << "  nf::layernorm(ctx, " << in(0) << ", " << y << ", " << i64(ip("rows")) << ", " << i64(ip("n")) << ", "
+           << flt(st.fparams.at("eps")) << ", ep);\n";
+    } else if (op == "Reduce") {
+      body << "  nf::reduce(ctx, " << in(0) << ", " << y << ", " << i64(ip("outer")) << ", " << i64(ip("red")) << ", " << i64(ip("inner"))
+           << ", " << ip("mode") << ", ep);\n";
+    } else {
+      fail(ErrorKind::Unsupported, "emitter: no code for anchor " + op + " (stage " + st.name + ")");
+    }
+    body << "}\n";
+    return pre.str() + body.str();
+  }
+};
+
+}  // namespace
+
+std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
+  std::vector<const Stage*> gen;
+  for (auto& s : m.stages)
+    if (s.kind != StageKind::Fallback) gen.push_back(&s);
+  int units = std::max(1, std::min<int>(max_units, int(gen.size())));
+  std::vector<SourceUnit> out(static_cast<size_t>(units));
+  std::vector<double> load(static_cast<size_t>(units), 0.0);
+  for (int u = 0; u < units; ++u) {
+    out[size_t(u)].name = "unit" + std::to_string(u);
+    out[size_t(u)].code = "// Generated by nnfuse: do not edit.\n#include \"gen_support.h\"\n\n";
+  }
+  for (const Stage* s : gen) {
+    // Anchors instantiate microkernel templates and cost most to compile.
+    double cost = s->kind == StageKind::Anchor ? (s->anchor_op == "Conv" || s->anchor_op == "MatMul" || s->anchor_op == "Gemm" ? 10 : 3) : 1;
+    size_t u = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+    load[u] += cost;
+    StageEmitter se(m, *s);
+    out[u].code += "// stage " + s->name + " (" + stage_kind_name(s->kind) + (s->anchor_op.empty() ? "" : " " + s->anchor_op) + ")\n";
+    out[u].code += s->kind == StageKind::Anchor ? se.anchor() : se.elementwise();
+    out[u].code += "\n";
+    out[u].symbols.push_back(stage_symbol(*s));
+  }
+  std::vector<SourceUnit> res;
+  for (auto& u : out)
+    if (!u.symbols.empty()) res.push_back(std::move(u));
+  return res;
+}
+
+}  // namespace nnfuse

@@ -1,0 +1,25 @@
+#pragma once
+// The C++ emitter for CPU targets: one extern "C" entry point per kernel-IR stage
+// (nf_<stage name>), grouped into translation units that compile independently.
+// Elementwise loops are generic lambdas instantiated for xsimd batches and scalars; anchors call
+// the microkernel templates (kernels/microkernels) with the epilogue inlined as a lambda.
+#include <string>
+#include <vector>
+
+#include "lowering/kernel_ir.h"
+
+namespace nnfuse {
+
+struct SourceUnit {
+  std::string name;                  // "unit3"
+  std::string code;
+  std::vector<std::string> symbols;  // entry points defined in it
+};
+
+std::string stage_symbol(const Stage& s);
+
+// Emits the generated stages of a module (Fallback stages have no code) into at most `max_units`
+// translation units (stages are spread round-robin by estimated cost).
+std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units);
+
+}  // namespace nnfuse

@@ -1,0 +1,336 @@
+#pragma once
+// Support code for generated CPU kernels (included by every generated translation unit).
+// Header-only: the standard library, xsimd and the microkernel templates; nothing from nnfuse's
+// libraries, so a compiled artifact loads without them. The SIMD arch is the best one the
+// compiler flags allow (-mavx2 -mfma, -mavx512*, aarch64 NEON): xsimd::default_arch.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "exec_ctx.h"
+#include "microkernels/conv.h"
+#include "microkernels/gemm.h"
+#include "microkernels/math.h"
+
+namespace nf {
+
+using A = xsimd::default_arch;
+using VF = xsimd::batch<float, A>;
+constexpr int64_t L = int64_t(VF::size);
+
+template <class V>
+constexpr bool is_vec = !std::is_same_v<V, float>;
+
+// The runtime's parallel-for as the microkernels' ParFor.
+struct Par {
+  const nnfuse_exec_ctx* ctx;
+  template <class Fn>
+  void operator()(int64_t n, Fn&& fn) const {
+    if (n <= 0) return;
+    if (!ctx || ctx->threads <= 1 || n == 1) {
+      fn(int64_t(0), n);
+      return;
+    }
+    using F = std::remove_reference_t<Fn>;
+    ctx->parallel_for(
+        ctx->pool, n, [](void* a, int64_t b, int64_t e) { (*static_cast<F*>(a))(b, e); }, const_cast<void*>(static_cast<const void*>(&fn)));
+  }
+};
+
+// Loads: K = 1 contiguous, K = 0 broadcast of one element.
+template <class V, int K>
+inline V ld(const float* p) {
+  if constexpr (!is_vec<V>) return *p;
+  else if constexpr (K == 0) return V(*p);
+  else return V::load_unaligned(p);
+}
+template <class V>
+inline void st(float* p, const V& v) {
+  if constexpr (!is_vec<V>) *p = v;
+  else v.store_unaligned(p);
+}
+template <class V>
+inline V cst(float c) { return V(c); }
+
+template <class V, class M>
+inline V sel(const M& m, const V& a, const V& b) {
+  if constexpr (!is_vec<V>) return m ? a : b;
+  else return xsimd::select(m, a, b);
+}
+template <class V> inline V vmax(const V& a, const V& b) {
+  if constexpr (!is_vec<V>) return a < b ? b : (a != a ? a : a);  // NaN in a propagates
+  else return xsimd::max(a, b);
+}
+template <class V> inline V vmin(const V& a, const V& b) {
+  if constexpr (!is_vec<V>) return b < a ? b : a;
+  else return xsimd::min(a, b);
+}
+
+// ---- unary ops ----
+template <class V> inline V op_Relu(const V& x) { return vmax(x, V(0.f)); }
+template <class V> inline V op_Sigmoid(const V& x) { return nnfuse::mk::vsigmoid(x); }
+template <class V> inline V op_Tanh(const V& x) { return nnfuse::mk::vtanh(x); }
+template <class V> inline V op_Erf(const V& x) { return nnfuse::mk::verf(x); }
+template <class V> inline V op_Exp(const V& x) { return nnfuse::mk::vexp(x); }
+template <class V> inline V op_Log(const V& x) { return nnfuse::mk::vlog(x); }
+template <class V> inline V op_Sqrt(const V& x) { return nnfuse::mk::vsqrt(x); }
+template <class V> inline V op_Gelu(const V& x) { return nnfuse::mk::vgelu_erf(x); }
+template <class V> inline V op_Neg(const V& x) { return -x; }
+template <class V> inline V op_Abs(const V& x) {
+  if constexpr (!is_vec<V>) return std::fabs(x);
+  else return xsimd::abs(x);
+}
+template <class V> inline V op_Reciprocal(const V& x) { return V(1.f) / x; }
+template <class V> inline V op_Floor(const V& x) {
+  if constexpr (!is_vec<V>) return std::floor(x);
+  else return xsimd::floor(x);
+}
+template <class V> inline V op_Ceil(const V& x) {
+  if constexpr (!is_vec<V>) return std::ceil(x);
+  else return xsimd::ceil(x);
+}
+template <class V> inline V op_Round(const V& x) {
+  if constexpr (!is_vec<V>) return std::nearbyint(x);
+  else return xsimd::nearbyint(x);
+}
+template <class V> inline V op_Sin(const V& x) {
+  if constexpr (!is_vec<V>) return std::sin(x);
+  else return xsimd::sin(x);
+}
+template <class V> inline V op_Cos(const V& x) {
+  if constexpr (!is_vec<V>) return std::cos(x);
+  else return xsimd::cos(x);
+}
+template <class V> inline V op_LeakyRelu(const V& x, float a, float) { return sel(x < V(0.f), x * V(a), x); }
+template <class V> inline V op_Elu(const V& x, float a, float) { return sel(x < V(0.f), V(a) * (nnfuse::mk::vexp(x) - V(1.f)), x); }
+template <class V> inline V op_HardSigmoid(const V& x, float a, float b) { return vmin(vmax(V(a) * x + V(b), V(0.f)), V(1.f)); }
+template <class V> inline V op_HardSwish(const V& x) { return x * vmin(vmax(x * V(1.f / 6.f) + V(0.5f), V(0.f)), V(1.f)); }
+template <class V> inline V op_Clip(const V& x, float lo, float hi) { return vmin(vmax(x, V(lo)), V(hi)); }
+
+// ---- binary ops ----
+template <class V> inline V op_Add(const V& a, const V& b) { return a + b; }
+template <class V> inline V op_Sub(const V& a, const V& b) { return a - b; }
+template <class V> inline V op_Mul(const V& a, const V& b) { return a * b; }
+template <class V> inline V op_Div(const V& a, const V& b) { return a / b; }
+template <class V> inline V op_Max(const V& a, const V& b) { return vmax(a, b); }
+template <class V> inline V op_Min(const V& a, const V& b) { return vmin(a, b); }
+template <class V> inline V op_Pow(const V& a, const V& b) {
+  if constexpr (!is_vec<V>) return std::pow(a, b);
+  else return xsimd::pow(a, b);
+}
+template <class V> inline V op_PRelu(const V& x, const V& s) { return sel(x < V(0.f), x * s, x); }
+
+// ---- loops ----
+// body(tag, r, c) computes elements (r, c..c+L-1) for tag = VF, (r, c) for tag = float.
+template <bool Vec, class Body>
+inline void run_row(int64_t r, int64_t c0, int64_t c1, const Body& body) {
+  int64_t c = c0;
+  if constexpr (Vec)
+    for (; c + L <= c1; c += L) body(VF{}, r, c);
+  for (; c < c1; ++c) body(float{}, r, c);
+}
+
+// An elementwise stage over rows x width: parallel over rows, or over column chunks of one row.
+template <bool Vec, class Body>
+inline void elementwise(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t width, const Body& body) {
+  Par par{ctx};
+  const int64_t total = rows * width;
+  if (total <= 0) return;
+  const int64_t grain = 16384;  // elements per task, at least
+  if (rows == 1 || width >= grain) {
+    int64_t chunk = std::max<int64_t>(grain, (width + 63) / 64);
+    chunk = (chunk + L - 1) / L * L;
+    int64_t per_row = (width + chunk - 1) / chunk;
+    int64_t tasks = rows * per_row;
+    if (total < 2 * grain) tasks = 1, per_row = 0;
+    if (tasks == 1) {
+      for (int64_t r = 0; r < rows; ++r) run_row<Vec>(r, 0, width, body);
+      return;
+    }
+    par(tasks, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        int64_t r = t / per_row, k = t % per_row;
+        run_row<Vec>(r, k * chunk, std::min(width, (k + 1) * chunk), body);
+      }
+    });
+    return;
+  }
+  int64_t rows_per_task = std::max<int64_t>(1, grain / std::max<int64_t>(width, 1));
+  int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+  auto run = [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t)
+      for (int64_t r = t * rows_per_task; r < std::min(rows, (t + 1) * rows_per_task); ++r) run_row<Vec>(r, 0, width, body);
+  };
+  if (tasks == 1) run(0, 1);
+  else par(tasks, run);
+}
+
+// An epilogue that is only valid on scalars: batches are split into lanes.
+template <class Body>
+struct LaneSplit {
+  const Body& body;
+  template <class V>
+  V operator()(const V& v, int64_t r, int64_t c) const {
+    if constexpr (!is_vec<V>) return body(v, r, c);
+    else {
+      alignas(64) float t[V::size];
+      v.store_aligned(t);
+      for (size_t l = 0; l < V::size; ++l) t[l] = body(t[l], r, c + int64_t(l));
+      return V::load_aligned(t);
+    }
+  }
+};
+
+// ---- anchors not covered by the GEMM/conv microkernels (row-wise, vectorised) ----
+// Applies ep to a computed row and stores it: y[c] = ep(t[c], r, c).
+template <class Ep>
+inline void store_row(float* y, const float* t, int64_t n, int64_t r, const Ep& ep) {
+  int64_t c = 0;
+  for (; c + L <= n; c += L) ep(VF::load_unaligned(t + c), r, c).store_unaligned(y + c);
+  for (; c < n; ++c) y[c] = ep(t[c], r, c);
+}
+
+// Softmax over rows of n contiguous elements.
+template <class Ep>
+inline void softmax(const nnfuse_exec_ctx* ctx, const float* x, float* y, int64_t rows, int64_t n, const Ep& ep) {
+  Par{ctx}(rows, [&](int64_t b, int64_t e) {
+    std::vector<float> t(size_t(std::max<int64_t>(n, 1)));
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = x + r * n;
+      float mx = -std::numeric_limits<float>::infinity();
+      int64_t c = 0;
+      VF vm(mx);
+      for (; c + L <= n; c += L) vm = xsimd::max(vm, VF::load_unaligned(xr + c));
+      {
+        alignas(64) float t8[VF::size];
+        vm.store_aligned(t8);
+        for (size_t l = 0; l < VF::size; ++l) mx = std::max(mx, t8[l]);
+      }
+      for (; c < n; ++c) mx = std::max(mx, xr[c]);
+      VF vs(0.f);
+      float s = 0;
+      c = 0;
+      for (; c + L <= n; c += L) {
+        VF ev = nnfuse::mk::vexp(VF::load_unaligned(xr + c) - VF(mx));
+        ev.store_unaligned(t.data() + c);
+        vs += ev;
+      }
+      s = xsimd::hadd(vs);
+      for (; c < n; ++c) {
+        t[size_t(c)] = std::exp(xr[c] - mx);
+        s += t[size_t(c)];
+      }
+      float inv = 1.f / s;
+      for (c = 0; c + L <= n; c += L) (VF::load_unaligned(t.data() + c) * VF(inv)).store_unaligned(t.data() + c);
+      for (; c < n; ++c) t[size_t(c)] *= inv;
+      store_row(y + r * n, t.data(), n, r, ep);
+    }
+  });
+}
+
+// (x - mean) / sqrt(var + eps) over rows of n contiguous elements (scale/bias are epilogue).
+template <class Ep>
+inline void layernorm(const nnfuse_exec_ctx* ctx, const float* x, float* y, int64_t rows, int64_t n, float eps, const Ep& ep) {
+  Par{ctx}(rows, [&](int64_t b, int64_t e) {
+    std::vector<float> t(size_t(std::max<int64_t>(n, 1)));
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = x + r * n;
+      double s = 0;
+      for (int64_t c = 0; c < n; ++c) s += xr[c];
+      float mean = float(s / double(n));
+      double q = 0;
+      for (int64_t c = 0; c < n; ++c) {
+        double d = double(xr[c]) - mean;
+        q += d * d;
+      }
+      float inv = float(1.0 / std::sqrt(q / double(n) + double(eps)));
+      int64_t c = 0;
+      for (; c + L <= n; c += L) ((VF::load_unaligned(xr + c) - VF(mean)) * VF(inv)).store_unaligned(t.data() + c);
+      for (; c < n; ++c) t[size_t(c)] = (xr[c] - mean) * inv;
+      store_row(y + r * n, t.data(), n, r, ep);
+    }
+  });
+}
+
+// Reduction of x viewed as [outer, red, inner] over red; mode 0 sum, 1 mean, 2 max.
+// ep rows: o, cols: i (the output viewed as [outer, inner]).
+template <class Ep>
+inline void reduce(const nnfuse_exec_ctx* ctx, const float* x, float* y, int64_t outer, int64_t red, int64_t inner, int mode, const Ep& ep) {
+  Par{ctx}(outer, [&](int64_t b, int64_t e) {
+    std::vector<float> acc(size_t(std::max<int64_t>(inner, 1)));
+    for (int64_t o = b; o < e; ++o) {
+      const float* xo = x + o * red * inner;
+      if (inner == 1) {
+        float v;
+        if (mode == 2) {
+          v = -std::numeric_limits<float>::infinity();
+          for (int64_t k = 0; k < red; ++k) v = std::max(v, xo[k]);
+        } else {
+          VF vs(0.f);
+          int64_t k = 0;
+          for (; k + L <= red; k += L) vs += VF::load_unaligned(xo + k);
+          double s = double(xsimd::hadd(vs));
+          for (; k < red; ++k) s += xo[k];
+          v = float(mode == 1 ? s / double(red) : s);
+        }
+        y[o] = ep(v, o, 0);
+        continue;
+      }
+      for (int64_t i = 0; i < inner; ++i) acc[size_t(i)] = mode == 2 ? -std::numeric_limits<float>::infinity() : 0.f;
+      for (int64_t k = 0; k < red; ++k)
+        for (int64_t i = 0; i < inner; ++i) {
+          float v = xo[k * inner + i];
+          acc[size_t(i)] = mode == 2 ? std::max(acc[size_t(i)], v) : acc[size_t(i)] + v;
+        }
+      if (mode == 1)
+        for (auto& a : acc) a /= float(red);
+      store_row(y + o * inner, acc.data(), inner, o, ep);
+    }
+  });
+}
+
+// 2-D pooling, NCHW. ep rows: n*C + c, cols: oh*OW + ow.
+template <class Ep>
+inline void pool2d(const nnfuse_exec_ctx* ctx, const float* x, float* y, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH,
+                   int64_t OW, int64_t KH, int64_t KW, int64_t SH, int64_t SW, int64_t PH, int64_t PW, int64_t PH1, int64_t PW1,
+                   int64_t DH, int64_t DW, bool is_max, bool count_include_pad, const Ep& ep) {
+  Par{ctx}(N * C, [&](int64_t b, int64_t e) {
+    std::vector<float> t(size_t(OH * OW));
+    for (int64_t rc = b; rc < e; ++rc) {
+      const float* xp = x + rc * H * W;
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float acc = is_max ? -std::numeric_limits<float>::infinity() : 0.f;
+          int64_t cnt = 0;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            int64_t ih = oh * SH - PH + kh * DH;
+            if (ih < 0 || ih >= H) continue;
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              int64_t iw = ow * SW - PW + kw * DW;
+              if (iw < 0 || iw >= W) continue;
+              float v = xp[ih * W + iw];
+              acc = is_max ? std::max(acc, v) : acc + v;
+              ++cnt;
+            }
+          }
+          if (!is_max) {
+            if (count_include_pad) {
+              int64_t h0 = oh * SH - PH, w0 = ow * SW - PW;
+              int64_t h1 = std::min(h0 + (KH - 1) * DH + 1, H + PH1), w1 = std::min(w0 + (KW - 1) * DW + 1, W + PW1);
+              int64_t hc = 0, wc = 0;
+              for (int64_t h = h0; h < h1; h += DH) ++hc;
+              for (int64_t w = w0; w < w1; w += DW) ++wc;
+              cnt = hc * wc;
+            }
+            acc = cnt ? acc / float(cnt) : 0.f;
+          }
+          t[size_t(oh * OW + ow)] = acc;
+        }
+      store_row(y + rc * OH * OW, t.data(), OH * OW, rc, ep);
+    }
+  });
+}
+
+}  // namespace nf

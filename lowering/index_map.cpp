@@ -1,0 +1,162 @@
+// Index maps: evaluation, simplification helpers, and access classification over a rows x width view.
+#include <algorithm>
+#include <numeric>
+
+#include "graph/error.h"
+#include "lowering/kernel_ir.h"
+
+namespace nnfuse {
+
+bool IndexMap::is_identity() const {
+  for (auto& s : steps) {
+    if (s.kind == IndexStep::Reshape && s.from != s.to) return false;
+    if (s.kind == IndexStep::Offset) return false;
+    if (s.kind == IndexStep::Select) {
+      if (s.from.size() != s.to.size()) return false;
+      for (size_t k = 0; k < s.src.size(); ++k)
+        if (s.src[k] != int(k) && !(s.src[k] < 0 && s.to[k] == 1)) return false;
+    }
+  }
+  return codomain() == domain;
+}
+
+std::vector<int64_t> IndexMap::apply(std::vector<int64_t> idx) const {
+  for (auto& s : steps) {
+    if (s.kind == IndexStep::Offset) {
+      for (size_t k = 0; k < idx.size(); ++k) idx[k] += s.off[k];
+    } else if (s.kind == IndexStep::Select) {
+      std::vector<int64_t> out(s.to.size(), 0);
+      for (size_t k = 0; k < s.to.size(); ++k) out[k] = s.src[k] < 0 ? 0 : idx[size_t(s.src[k])];
+      idx = std::move(out);
+    } else {
+      int64_t lin = 0;
+      for (size_t k = 0; k < s.from.size(); ++k) lin = lin * s.from[k] + idx[k];
+      std::vector<int64_t> out(s.to.size(), 0);
+      for (size_t k = s.to.size(); k-- > 0;) {
+        out[k] = s.to[k] ? lin % s.to[k] : 0;
+        lin = s.to[k] ? lin / s.to[k] : 0;
+      }
+      idx = std::move(out);
+    }
+  }
+  return idx;
+}
+
+int64_t IndexMap::offset(const std::vector<int64_t>& idx) const {
+  auto out = apply(idx);
+  Shape cod = codomain();
+  int64_t off = 0;
+  for (size_t k = 0; k < cod.size(); ++k) off = off * cod[k] + out[k];
+  return off;
+}
+
+std::string IndexMap::str() const {
+  std::string s = shape_str(domain);
+  for (auto& st : steps) {
+    if (st.kind == IndexStep::Offset) {
+      s += "->O(" + shape_str(st.off) + ")" + shape_str(st.to);
+    } else if (st.kind == IndexStep::Reshape) {
+      s += "->R" + shape_str(st.to);
+    } else {
+      s += "->S(";
+      for (size_t k = 0; k < st.src.size(); ++k) s += (k ? "," : "") + std::to_string(st.src[k]);
+      s += ")" + shape_str(st.to);
+    }
+  }
+  return s;
+}
+
+namespace {
+
+// For a Select-only map: offset = sum_k coef[k] * idx[k] over the domain.
+bool linear_coefs(const IndexMap& m, std::vector<int64_t>& coef) {
+  size_t rank = m.domain.size();
+  // Each codomain dim as a domain dim (or constant 0).
+  std::vector<int> pick(rank);
+  std::iota(pick.begin(), pick.end(), 0);
+  for (auto& s : m.steps) {
+    if (s.kind != IndexStep::Select) return false;
+    std::vector<int> np(s.to.size(), -1);
+    for (size_t k = 0; k < s.to.size(); ++k) np[k] = s.src[k] < 0 ? -1 : pick[size_t(s.src[k])];
+    pick = std::move(np);
+  }
+  Shape cod = m.codomain();
+  std::vector<int64_t> strides = shape_strides(cod);
+  coef.assign(rank, 0);
+  for (size_t k = 0; k < pick.size(); ++k)
+    if (pick[k] >= 0 && cod[k] > 1) coef[size_t(pick[k])] += strides[k];
+  return true;
+}
+
+// Are coef[lo..hi) the strides of a contiguous walk over dims[lo..hi) with innermost stride s?
+bool chain(const std::vector<int64_t>& coef, const Shape& dims, size_t lo, size_t hi, int64_t& s) {
+  int64_t expect = -1;
+  s = 0;
+  bool first = true;
+  int64_t step = 1;  // elements of the flattened range per unit of the current dim
+  for (size_t k = hi; k-- > lo;) {
+    if (dims[k] == 1) continue;
+    if (first) {
+      s = coef[k];
+      expect = coef[k] * dims[k];
+      first = false;
+    } else {
+      if (coef[k] != expect) return false;
+      expect = coef[k] * dims[k];
+    }
+    step *= dims[k];
+  }
+  (void)step;
+  return true;
+}
+
+}  // namespace
+
+Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
+  Access a;
+  const Shape& d = m.domain;
+  int64_t numel = shape_numel(d);
+  if (numel == 0) {
+    a.affine = true;
+    return a;
+  }
+  std::vector<int64_t> coef;
+  if (linear_coefs(m, coef)) {
+    // Split the domain dims into the row part and the width part.
+    size_t split = d.size();
+    int64_t w = 1;
+    while (split > 0 && w < width) w *= d[--split];
+    if (w == width) {
+      int64_t rs = 0, cs = 0;
+      if (chain(coef, d, 0, split, rs) && chain(coef, d, split, d.size(), cs)) {
+        a.affine = true;
+        a.row_stride = rs;
+        a.col_stride = cs;
+        return a;
+      }
+    }
+  }
+  // Reshape steps (or a width that splits a dim): check exhaustively on small index spaces.
+  if (numel > (int64_t(1) << 22)) return a;
+  std::vector<int64_t> idx(d.size(), 0);
+  auto off_at = [&](int64_t e) {
+    for (size_t k = d.size(); k-- > 0;) {
+      idx[k] = e % d[k];
+      e /= d[k];
+    }
+    return m.offset(idx);
+  };
+  int64_t o00 = off_at(0);
+  int64_t rs = rows > 1 ? off_at(width) - o00 : 0;
+  int64_t cs = width > 1 ? off_at(1) - o00 : 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < width; ++c)
+      if (off_at(r * width + c) != o00 + r * rs + c * cs) return a;
+  a.affine = true;
+  a.base = o00;
+  a.row_stride = rs;
+  a.col_stride = cs;
+  return a;
+}
+
+}  // namespace nnfuse

@@ -1,0 +1,1144 @@
+// Lowering of fused blocks to the kernel IR (see kernel_ir.h), and the static memory plan.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <set>
+
+#include "graph/error.h"
+#include "graph/op_registry.h"
+#include "lowering/kernel_ir.h"
+
+namespace nnfuse {
+
+const char* buffer_kind_name(BufferKind k) {
+  switch (k) {
+    case BufferKind::Input: return "input";
+    case BufferKind::Output: return "output";
+    case BufferKind::Weight: return "weight";
+    case BufferKind::Activation: return "activation";
+  }
+  return "?";
+}
+
+const char* stage_kind_name(StageKind k) {
+  switch (k) {
+    case StageKind::Elementwise: return "elementwise";
+    case StageKind::Anchor: return "anchor";
+    case StageKind::Fallback: return "fallback";
+  }
+  return "?";
+}
+
+int KernelModule::buffer_id(const std::string& value) const {
+  for (auto& b : buffers)
+    if (!b.value.empty() && b.value == value) return b.id;
+  return -1;
+}
+
+nlohmann::json KernelModule::summary() const {
+  nlohmann::json j;
+  j["blocks"] = blocks;
+  j["stages"] = stages.size();
+  j["fallback_blocks"] = fallback_blocks;
+  j["fallback_ops"] = fallback_ops;
+  j["generated_blocks"] = blocks - fallback_blocks;
+  j["peak_activation_bytes"] = arena_bytes;
+  j["naive_activation_bytes"] = naive_bytes;
+  j["inplace_buffers"] = inplace_count;
+  j["constant_blocks_folded"] = folded_blocks;
+  return j;
+}
+
+FusionPlan singleton_plan(const Graph& g) {
+  FusionPlan p;
+  p.target = "host";
+  for (NodeId id : g.topo_order()) {
+    const Node& n = g.node(id);
+    if (n.op_type == "Constant" && n.domain.empty()) {
+      p.constants.push_back(id);
+      continue;
+    }
+    FusionBlock b;
+    b.id = int(p.blocks.size());
+    b.members = {id};
+    b.type = node_mapping_type(g, id);
+    if (b.type == MappingType::ManyToMany) b.anchor = id;
+    for (auto& v : n.inputs)
+      if (!v.empty() && std::find(b.inputs.begin(), b.inputs.end(), v) == b.inputs.end()) b.inputs.push_back(v);
+    for (auto& v : n.outputs)
+      if (!v.empty()) b.outputs.push_back(v);
+    p.blocks.push_back(b);
+  }
+  return p;
+}
+
+namespace {
+
+// Thrown inside block lowering when a member has no lowering (the block then falls back).
+struct NoLowering {
+  std::string reason;
+  std::string op;
+};
+[[noreturn]] void no_lowering(const Node& n, const std::string& why) { throw NoLowering{n.op_type + " (" + n.label() + "): " + why, n.op_type}; }
+
+const std::set<std::string> kUnary = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Sqrt", "Neg", "Abs", "Log", "Reciprocal",
+                                      "Identity", "Dropout", "LeakyRelu", "HardSigmoid", "HardSwish", "Softplus", "Elu",
+                                      "Floor", "Ceil", "Round", "Sin", "Cos", "Gelu"};
+const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"};
+const std::set<std::string> kReorg = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+const std::set<std::string> kAnchors = {"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+                                        "GlobalMaxPool", "Softmax", "LayerNormalization", "ReduceMean", "ReduceSum",
+                                        "ReduceMax"};
+
+// Appends a step to a map, composing with the previous step where possible.
+IndexMap then(IndexMap m, IndexStep s) {
+  if (s.kind == IndexStep::Reshape) {
+    if (s.from == s.to) return m;
+    // A reshape that only inserts or removes size-1 dims is a Select.
+    Shape a, b;
+    for (auto d : s.from)
+      if (d != 1) a.push_back(d);
+    for (auto d : s.to)
+      if (d != 1) b.push_back(d);
+    if (a == b) {
+      IndexStep sel;
+      sel.kind = IndexStep::Select;
+      sel.from = s.from;
+      sel.to = s.to;
+      sel.src.assign(s.to.size(), -1);
+      size_t j = 0;
+      for (size_t k = 0; k < s.to.size(); ++k) {
+        if (s.to[k] == 1) continue;
+        while (s.from[j] == 1) ++j;
+        sel.src[k] = int(j++);
+      }
+      s = sel;
+    } else if (!m.steps.empty() && m.steps.back().kind == IndexStep::Reshape) {
+      m.steps.back().to = s.to;
+      if (m.steps.back().from == m.steps.back().to) m.steps.pop_back();
+      return m;
+    }
+  }
+  if (s.kind == IndexStep::Select) {
+    bool ident = s.from.size() == s.to.size();
+    for (size_t k = 0; ident && k < s.src.size(); ++k)
+      if (!(s.src[k] == int(k) || (s.src[k] < 0 && s.to[k] == 1 && s.from[k] == 1))) ident = false;
+    if (ident) return m;
+    if (!m.steps.empty() && m.steps.back().kind == IndexStep::Select) {
+      IndexStep& p = m.steps.back();
+      std::vector<int> src(s.to.size(), -1);
+      for (size_t k = 0; k < s.to.size(); ++k) src[k] = s.src[k] < 0 ? -1 : p.src[size_t(s.src[k])];
+      p.src = src;
+      p.to = s.to;
+      bool id2 = p.from.size() == p.to.size();
+      for (size_t k = 0; id2 && k < p.src.size(); ++k)
+        if (!(p.src[k] == int(k) || (p.src[k] < 0 && p.to[k] == 1 && p.from[k] == 1))) id2 = false;
+      if (id2) m.steps.pop_back();
+      return m;
+    }
+  }
+  m.steps.push_back(std::move(s));
+  return m;
+}
+
+// numpy broadcasting: output index over `out` -> input index over `in`.
+IndexStep broadcast_step(const Shape& out, const Shape& in) {
+  IndexStep s;
+  s.kind = IndexStep::Select;
+  s.from = out;
+  s.to = in;
+  s.src.assign(in.size(), -1);
+  size_t off = out.size() - in.size();
+  for (size_t k = 0; k < in.size(); ++k) s.src[k] = in[k] == 1 ? -1 : int(k + off);
+  return s;
+}
+
+IndexStep select_step(const Shape& from, const Shape& to, std::vector<int> src) {
+  IndexStep s;
+  s.kind = IndexStep::Select;
+  s.from = from;
+  s.to = to;
+  s.src = std::move(src);
+  return s;
+}
+
+IndexStep reshape_step(const Shape& from, const Shape& to) {
+  IndexStep s;
+  s.kind = IndexStep::Reshape;
+  s.from = from;
+  s.to = to;
+  return s;
+}
+
+IndexMap identity_map(const Shape& s) {
+  IndexMap m;
+  m.domain = s;
+  return m;
+}
+
+struct Lowerer {
+  const Graph& g;
+  const FusionPlan& plan;
+  const LowerOptions& opt;
+  KernelModule mod;
+  std::map<std::string, int> buf_of;  // graph value -> buffer
+  std::map<std::string, Tensor> folded;  // values computed from constants at lowering time
+  std::set<NodeId> folded_nodes;
+
+  Lowerer(const Graph& graph, const FusionPlan& p, const LowerOptions& o) : g(graph), plan(p), opt(o) {}
+
+  Shape shape_of(const std::string& v) const {
+    const TensorType& t = g.type(v);
+    if (!t.is_static()) {
+      // Model inputs must be bound; a value whose shape depends on data (NonMaxSuppression,
+      // NonZero) can only be handled by fallback blocks.
+      if (g.is_input(v))
+        fail(ErrorKind::Shape, "model input '" + v + "' has type " + t.str() +
+                                   ": compiled targets need static shapes; bind the dynamic input dims with --shape NAME=DIMS");
+      throw NoLowering{"value '" + v + "' has a data-dependent shape " + t.str(), "dynamic-shape"};
+    }
+    return t.static_shape();
+  }
+
+  int add_buffer(const std::string& value, DType dt, Shape shape, BufferKind kind) {
+    KBuffer b;
+    b.id = int(mod.buffers.size());
+    b.value = value;
+    b.dtype = dt;
+    b.shape = std::move(shape);
+    b.kind = kind;
+    b.bytes = shape_numel(b.shape) * int64_t(dtype_size(dt));
+    mod.buffers.push_back(b);
+    if (!value.empty()) buf_of[value] = b.id;
+    return b.id;
+  }
+
+  int buffer_for(const std::string& v) {
+    auto it = buf_of.find(v);
+    if (it != buf_of.end()) return it->second;
+    auto fit = folded.find(v);
+    const Tensor* c = fit != folded.end() ? &fit->second : g.constant_value(v);
+    if (c) {
+      int id = add_buffer(v, c->dtype(), c->shape(), BufferKind::Weight);
+      mod.buffers[size_t(id)].data = *c;
+      return id;
+    }
+    BufferKind k = g.is_output(v) ? BufferKind::Output : g.is_input(v) ? BufferKind::Input : BufferKind::Activation;
+    if (!g.is_input(v) && !g.type(v).is_static()) {
+      int id = add_buffer(v, g.type(v).dtype, {}, k);
+      mod.buffers[size_t(id)].dynamic = true;
+      mod.buffers[size_t(id)].bytes = 0;
+      return id;
+    }
+    return add_buffer(v, g.type(v).dtype, shape_of(v), k);
+  }
+
+  int weight_buffer(Tensor t) {
+    int id = add_buffer("", t.dtype(), t.shape(), BufferKind::Weight);
+    mod.buffers[size_t(id)].data = std::move(t);
+    return id;
+  }
+
+  // ---------------------------------------------------------------- one block
+  struct BlockCtx {
+    const FusionBlock* block = nullptr;
+    std::set<NodeId> members;
+    std::map<std::string, NodeId> producer;  // values produced inside the block
+    std::set<std::string> available;         // in-block values materialised by an earlier stage
+  };
+
+  struct StageBuilder {
+    Stage st;
+    std::map<std::string, int> memo;  // value + map -> expr
+    NodeId anchor = kNoNode;
+    std::string anchor_value;
+    int anchor_expr = -1;  // the anchor's value with its bias/scale folded in
+  };
+
+  int push(StageBuilder& sb, Expr e) {
+    sb.st.exprs.push_back(std::move(e));
+    return int(sb.st.exprs.size()) - 1;
+  }
+  int load(StageBuilder& sb, int buffer, const IndexMap& m) {
+    const KBuffer& b = mod.buffers[size_t(buffer)];
+    if (b.dynamic) throw NoLowering{"reads '" + b.value + "', whose shape depends on data", "dynamic-shape"};
+    if (b.dtype != DType::Float32) throw NoLowering{"loads " + std::string(dtype_name(b.dtype)) + " value '" + b.value + "'", "dtype"};
+    if (m.codomain() != b.shape) fail(ErrorKind::Invalid, "lowering: map " + m.str() + " does not reach buffer shape " + shape_str(b.shape));
+    Expr e;
+    e.kind = Expr::Load;
+    e.buffer = buffer;
+    e.map = m;
+    return push(sb, std::move(e));
+  }
+  int cnst(StageBuilder& sb, double v) {
+    Expr e;
+    e.kind = Expr::Const;
+    e.value = v;
+    return push(sb, std::move(e));
+  }
+  int unary(StageBuilder& sb, const std::string& op, int a, double p0 = 0, double p1 = 0) {
+    Expr e;
+    e.kind = Expr::Unary;
+    e.op = op;
+    e.args = {a};
+    e.lo = p0;
+    e.hi = p1;
+    return push(sb, std::move(e));
+  }
+  int binary(StageBuilder& sb, const std::string& op, int a, int b) {
+    Expr e;
+    e.kind = Expr::Binary;
+    e.op = op;
+    e.args = {a, b};
+    return push(sb, std::move(e));
+  }
+
+  std::optional<double> scalar_const(const std::string& v) {
+    if (v.empty()) return std::nullopt;
+    auto fit = folded.find(v);
+    const Tensor* t = fit != folded.end() ? &fit->second : g.constant_value(v);
+    if (!t || t->numel() != 1) return std::nullopt;
+    return t->as_double(0);
+  }
+
+  // The expression for value v at index map m (driver index -> v's index).
+  int expr_of(StageBuilder& sb, BlockCtx& bc, const std::string& v, const IndexMap& m) {
+    std::string key = v + "@" + m.str();
+    auto it = sb.memo.find(key);
+    if (it != sb.memo.end()) return it->second;
+    int r = expr_uncached(sb, bc, v, m);
+    sb.memo[key] = r;
+    return r;
+  }
+
+  int expr_uncached(StageBuilder& sb, BlockCtx& bc, const std::string& v, const IndexMap& m) {
+    if (!sb.anchor_value.empty() && v == sb.anchor_value) {
+      if (!m.is_identity()) throw NoLowering{"anchor output read through a non-identity map " + m.str(), "epilogue"};
+      return sb.anchor_expr;
+    }
+    auto pit = bc.producer.find(v);
+    if (pit == bc.producer.end() || bc.available.count(v)) {
+      if (auto c = scalar_const(v)) return cnst(sb, *c);
+      return load(sb, buffer_for(v), m);
+    }
+    const Node& n = g.node(pit->second);
+    if (n.op_type == "Constant") return load(sb, buffer_for(v), m);
+    if (g.type(v).dtype != DType::Float32) no_lowering(n, std::string("produces ") + dtype_name(g.type(v).dtype));
+    Shape out = shape_of(v);
+    auto in_expr = [&](size_t i) {
+      const std::string& x = n.inputs.at(i);
+      Shape in = shape_of(x);
+      if (in.size() > out.size()) no_lowering(n, "input of higher rank than its output");
+      return expr_of(sb, bc, x, then(m, broadcast_step(out, in)));
+    };
+    const std::string& op = n.op_type;
+    if (!n.domain.empty()) no_lowering(n, "domain " + n.domain);
+    if (n.outputs.size() > 1) {
+      for (size_t i = 1; i < n.outputs.size(); ++i)
+        if (!n.outputs[i].empty() && op != "Dropout" && op != "Split") no_lowering(n, "has several outputs");
+    }
+    if (kUnary.count(op)) {
+      int a = in_expr(0);
+      if (op == "Identity" || op == "Dropout") return a;
+      double p0 = 0, p1 = 0;
+      if (op == "LeakyRelu") p0 = n.attrs.get_float("alpha", 0.01f);
+      if (op == "Elu") p0 = n.attrs.get_float("alpha", 1.0f);
+      if (op == "HardSigmoid") {
+        p0 = n.attrs.get_float("alpha", 0.2f);
+        p1 = n.attrs.get_float("beta", 0.5f);
+      }
+      if (op == "Gelu" && n.attrs.get_string("approximate", "none") != "none") no_lowering(n, "approximate gelu");
+      return unary(sb, op, a, p0, p1);
+    }
+    if (op == "Cast") {
+      if (DType(n.attrs.get_int("to", 0)) != DType::Float32 || g.type(n.inputs[0]).dtype != DType::Float32)
+        no_lowering(n, "non-float cast");
+      return in_expr(0);
+    }
+    if (kBinary.count(op)) {
+      if (n.inputs.size() != 2) no_lowering(n, "not binary");
+      if (op == "PRelu") {
+        int x = in_expr(0), s = in_expr(1);
+        return binary(sb, "PRelu", x, s);
+      }
+      if (op == "Pow") {
+        if (auto e = scalar_const(n.inputs[1])) {
+          int x = in_expr(0);
+          if (*e == 2.0) return binary(sb, "Mul", x, x);
+          if (*e == 1.0) return x;
+          if (*e == 0.5) return unary(sb, "Sqrt", x);
+        }
+      }
+      int a = in_expr(0), b = in_expr(1);
+      return binary(sb, op, a, b);
+    }
+    if (op == "Clip") {
+      double lo = -INFINITY, hi = INFINITY;
+      if (g.opset() < 11) {
+        lo = n.attrs.get_float("min", -INFINITY);
+        hi = n.attrs.get_float("max", INFINITY);
+      } else {
+        if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+          auto c = scalar_const(n.inputs[1]);
+          if (!c) no_lowering(n, "non-constant min");
+          lo = *c;
+        }
+        if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+          auto c = scalar_const(n.inputs[2]);
+          if (!c) no_lowering(n, "non-constant max");
+          hi = *c;
+        }
+      }
+      Expr e;
+      e.kind = Expr::Clip;
+      e.args = {in_expr(0)};
+      e.lo = lo;
+      e.hi = hi;
+      return push(sb, std::move(e));
+    }
+    if (op == "BatchNormalization") {
+      if (n.attrs.get_int("training_mode", 0) != 0) no_lowering(n, "training mode");
+      if (out.size() < 2) no_lowering(n, "rank < 2");
+      const Tensor *s = g.constant_value(n.inputs[1]), *b = g.constant_value(n.inputs[2]), *mu = g.constant_value(n.inputs[3]),
+                   *var = g.constant_value(n.inputs[4]);
+      if (!s || !b || !mu || !var || s->dtype() != DType::Float32) no_lowering(n, "non-constant parameters");
+      int64_t C = out[1];
+      if (s->numel() != C || b->numel() != C || mu->numel() != C || var->numel() != C) no_lowering(n, "parameter sizes");
+      // Folded to y = x * a + c per channel (as the reference kernel computes it).
+      double eps = n.attrs.get_float("epsilon", 1e-5f);
+      std::vector<float> av(static_cast<size_t>(C), 0.f), cv(static_cast<size_t>(C), 0.f);
+      auto sv = s->to_float_vector(), bv = b->to_float_vector(), mv = mu->to_float_vector(), vv = var->to_float_vector();
+      for (int64_t c = 0; c < C; ++c) {
+        double a = double(sv[size_t(c)]) / std::sqrt(double(vv[size_t(c)]) + eps);
+        av[size_t(c)] = float(a);
+        cv[size_t(c)] = float(double(bv[size_t(c)]) - double(mv[size_t(c)]) * a);
+      }
+      std::string key = n.label() + "#bn";
+      int ab, cb;
+      auto f = bn_cache.find(key);
+      if (f != bn_cache.end()) {
+        ab = f->second.first;
+        cb = f->second.second;
+      } else {
+        ab = weight_buffer(Tensor::from_vector<float>({C}, av));
+        cb = weight_buffer(Tensor::from_vector<float>({C}, cv));
+        bn_cache[key] = {ab, cb};
+      }
+      int x = in_expr(0);
+      std::vector<int> src = {1};
+      IndexMap cm = then(m, select_step(out, {C}, src));
+      int a = load(sb, ab, cm), c = load(sb, cb, cm);
+      return binary(sb, "Add", binary(sb, "Mul", x, a), c);
+    }
+    if (kReorg.count(op)) {
+      Shape in = shape_of(n.inputs[0]);
+      return expr_of(sb, bc, n.inputs[0], then(m, reshape_step(out, in)));
+    }
+    if (op == "Transpose") {
+      Shape in = shape_of(n.inputs[0]);
+      std::vector<int64_t> perm = n.attrs.get_ints("perm", {});
+      if (perm.empty())
+        for (int64_t k = int64_t(in.size()); k-- > 0;) perm.push_back(k);
+      std::vector<int> src(in.size(), -1);
+      for (size_t k = 0; k < perm.size(); ++k) src[size_t(perm[k])] = int(k);
+      return expr_of(sb, bc, n.inputs[0], then(m, select_step(out, in, src)));
+    }
+    if (op == "Expand") {
+      Shape in = shape_of(n.inputs[0]);
+      return expr_of(sb, bc, n.inputs[0], then(m, broadcast_step(out, in)));
+    }
+    if (op == "Split") {
+      // Output i is the window of the input at the summed sizes of outputs 0..i-1 along axis.
+      Shape in = shape_of(n.inputs[0]);
+      int64_t axis = n.attrs.get_int("axis", 0);
+      if (axis < 0) axis += int64_t(in.size());
+      int64_t start = 0;
+      for (auto& o : n.outputs) {
+        if (o == v) break;
+        if (o.empty()) no_lowering(n, "absent output");
+        start += shape_of(o)[size_t(axis)];
+      }
+      IndexStep st;
+      st.kind = IndexStep::Offset;
+      st.from = out;
+      st.to = in;
+      st.off.assign(in.size(), 0);
+      st.off[size_t(axis)] = start;
+      return expr_of(sb, bc, n.inputs[0], then(m, st));
+    }
+    no_lowering(n, "no lowering for this op yet");
+  }
+  std::map<std::string, std::pair<int, int>> bn_cache;
+
+  // Finishes a stage: view, access classification, vectorizability.
+  void finish_stage(Stage& st) {
+    st.rows = st.width ? shape_numel(st.driver) / std::max<int64_t>(1, st.width) : 0;
+    st.vectorizable = true;
+    for (auto& e : st.exprs) {
+      if (e.kind != Expr::Load) continue;
+      e.access = classify_access(e.map, st.rows, st.width);
+      if (!e.access.affine || (e.access.col_stride != 0 && e.access.col_stride != 1)) st.vectorizable = false;
+    }
+    for (auto& s : st.stores) {
+      s.access = classify_access(s.map, st.rows, st.width);
+      if (!s.access.affine || s.access.col_stride != 1) st.vectorizable = false;
+    }
+  }
+
+  // The anchor kernel writes its output in its own rows x width layout: into the buffer of a
+  // store that has exactly that layout, else into a scratch buffer (the stores then scatter).
+  void pick_anchor_output(Stage& st) {
+    int64_t numel = st.rows * st.width;
+    for (size_t i = 0; i < st.stores.size(); ++i) {
+      auto& s = st.stores[i];
+      const auto& b = mod.buffers[size_t(s.buffer)];
+      if (s.access.affine && s.access.base == 0 && s.access.col_stride == 1 && (s.access.row_stride == st.width || st.rows == 1) &&
+          shape_numel(b.shape) == numel) {
+        st.primary_store = int(i);
+        st.anchor_output = s.buffer;
+        return;
+      }
+    }
+    st.anchor_output = add_buffer("", DType::Float32, st.driver, BufferKind::Activation);
+  }
+
+  // Picks the widest rows x width view (trailing dims) in which every access stays affine.
+  void choose_view(Stage& st) {
+    const Shape& d = st.driver;
+    std::vector<int64_t> widths;
+    int64_t w = 1;
+    for (size_t k = d.size(); k-- > 0;) {
+      w *= d[k];
+      widths.push_back(w);
+    }
+    if (widths.empty()) widths.push_back(1);
+    std::reverse(widths.begin(), widths.end());  // widest first
+    for (size_t i = 0; i < widths.size(); ++i) {
+      st.width = widths[i];
+      finish_stage(st);
+      if (st.vectorizable && (st.width >= 64 || i + 1 == widths.size())) return;
+      if (st.vectorizable && st.rows > 1) return;
+    }
+    st.width = d.empty() ? 1 : d.back();
+    finish_stage(st);
+  }
+
+  std::vector<std::string> present_outputs(const Node& n) {
+    std::vector<std::string> r;
+    for (auto& o : n.outputs)
+      if (!o.empty()) r.push_back(o);
+    return r;
+  }
+
+  // Elementwise stages computing `values` (grouped by shape).
+  void elementwise_stages(BlockCtx& bc, const std::vector<std::string>& values, std::vector<Stage>& out, const std::string& tag) {
+    std::map<Shape, std::vector<std::string>> by_shape;
+    std::vector<Shape> order;
+    for (auto& v : values) {
+      Shape s = shape_of(v);
+      if (!by_shape.count(s)) order.push_back(s);
+      by_shape[s].push_back(v);
+    }
+    for (auto& s : order) {
+      StageBuilder sb;
+      sb.st.kind = StageKind::Elementwise;
+      sb.st.driver = s;
+      for (auto& v : by_shape[s]) {
+        int e = expr_of(sb, bc, v, identity_map(s));
+        Store st;
+        st.buffer = buffer_for(v);
+        if (mod.buffers[size_t(st.buffer)].dtype != DType::Float32) throw NoLowering{"stores non-float value '" + v + "'", "dtype"};
+        st.expr = e;
+        st.map = identity_map(s);
+        sb.st.stores.push_back(st);
+      }
+      choose_view(sb.st);
+      sb.st.name = tag + "_e" + std::to_string(out.size());
+      out.push_back(std::move(sb.st));
+    }
+    for (auto& v : values) bc.available.insert(v);
+  }
+
+  // Forward map from the anchor output's index to v's index, when v derives from the anchor
+  // output through bijective members only. nullopt: not derived; throws when not forward-mappable.
+  std::optional<IndexMap> forward_map(BlockCtx& bc, const std::string& v, const std::string& O, std::map<std::string, std::optional<IndexMap>>& memo) {
+    if (v == O) return identity_map(shape_of(O));
+    auto mit = memo.find(v);
+    if (mit != memo.end()) return mit->second;
+    auto pit = bc.producer.find(v);
+    std::optional<IndexMap> res;
+    if (pit != bc.producer.end() && !bc.available.count(v)) {
+      const Node& n = g.node(pit->second);
+      Shape out = shape_of(v);
+      std::vector<IndexMap> ins;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (n.inputs[i].empty()) continue;
+        auto f = forward_map(bc, n.inputs[i], O, memo);
+        if (f) ins.push_back(*f);
+      }
+      if (!ins.empty()) {
+        const std::string& op = n.op_type;
+        if (kReorg.count(op)) {
+          res = then(ins[0], reshape_step(shape_of(n.inputs[0]), out));
+        } else if (op == "Transpose") {
+          Shape in = shape_of(n.inputs[0]);
+          std::vector<int64_t> perm = n.attrs.get_ints("perm", {});
+          if (perm.empty())
+            for (int64_t k = int64_t(in.size()); k-- > 0;) perm.push_back(k);
+          std::vector<int> src(perm.begin(), perm.end());
+          res = then(ins[0], select_step(in, out, src));
+        } else if (kUnary.count(op) || kBinary.count(op) || op == "Clip" || op == "BatchNormalization" || op == "Cast") {
+          for (auto& f : ins)
+            if (f.codomain() != out || f.str() != ins[0].str())
+              throw NoLowering{"epilogue member " + n.label() + " broadcasts the anchor output", "epilogue"};
+          res = ins[0];
+        } else {
+          throw NoLowering{"epilogue member " + n.label() + " (" + op + ") is not elementwise", "epilogue"};
+        }
+      }
+    }
+    memo[v] = res;
+    return res;
+  }
+
+  // Anchor parameters; returns the anchor's own output shape (before epilogue).
+  void anchor_params(StageBuilder& sb, BlockCtx& bc, const Node& n) {
+    Stage& st = sb.st;
+    st.anchor = n.id;
+    st.anchor_op = n.op_type;
+    const std::string& op = n.op_type;
+    Shape O = shape_of(n.outputs[0]);
+    for (size_t i = 1; i < n.outputs.size(); ++i)
+      if (!n.outputs[i].empty()) no_lowering(n, "optional outputs are used");
+    auto need_float = [&](const std::string& v) {
+      if (g.type(v).dtype != DType::Float32) no_lowering(n, std::string("dtype ") + dtype_name(g.type(v).dtype));
+    };
+    need_float(n.inputs[0]);
+    st.driver = O;
+    int anchor_raw = -1;
+    {
+      Expr e;
+      e.kind = Expr::AnchorValue;
+      anchor_raw = push(sb, e);
+    }
+    int value = anchor_raw;
+    auto data_in = [&](size_t i) { return buffer_for(n.inputs.at(i)); };
+    if (op == "MatMul" || op == "Gemm") {
+      Shape A = shape_of(n.inputs[0]), B = shape_of(n.inputs[1]);
+      need_float(n.inputs[1]);
+      int64_t tA = 0, tB = 0;
+      double alpha = 1, beta = 1;
+      if (op == "Gemm") {
+        tA = n.attrs.get_int("transA", 0);
+        tB = n.attrs.get_int("transB", 0);
+        alpha = n.attrs.get_float("alpha", 1.0f);
+        beta = n.attrs.get_float("beta", 1.0f);
+        if (A.size() != 2 || B.size() != 2) no_lowering(n, "Gemm operands must be 2-D");
+      }
+      if (A.size() < 2 || B.size() < 2) no_lowering(n, "1-D MatMul operand");
+      int64_t M = tA ? A[A.size() - 1] : A[A.size() - 2], K = tA ? A[A.size() - 2] : A[A.size() - 1];
+      int64_t N = tB ? B[B.size() - 2] : B[B.size() - 1];
+      // Batch offsets of A and B per output batch (broadcast batch dims).
+      Shape ob(O.begin(), O.end() - 2);
+      int64_t batch = shape_numel(ob);
+      std::vector<int64_t> aoff, boff;
+      Shape ab(A.begin(), A.end() - 2), bb(B.begin(), B.end() - 2);
+      IndexMap am = then(identity_map(ob), broadcast_step(ob, ab)), bm = then(identity_map(ob), broadcast_step(ob, bb));
+      std::vector<int64_t> idx(ob.size(), 0);
+      for (int64_t b = 0; b < batch; ++b) {
+        int64_t e = b;
+        for (size_t k = ob.size(); k-- > 0;) {
+          idx[k] = e % ob[k];
+          e /= ob[k];
+        }
+        aoff.push_back(am.offset(idx) * M * K);
+        boff.push_back(bm.offset(idx) * K * N);
+      }
+      st.anchor_inputs = {data_in(0), data_in(1)};
+      st.iparams = {{"M", M}, {"N", N}, {"K", K}, {"batch", batch}, {"transA", tA}, {"transB", tB}};
+      // Constant B shared by every batch: packed once at load time.
+      bool b_shared = std::all_of(boff.begin(), boff.end(), [](int64_t o) { return o == 0; });
+      if (b_shared && mod.buffers[size_t(st.anchor_inputs[1])].kind == BufferKind::Weight) {
+        int slot = add_buffer("", DType::Float32, {}, BufferKind::Weight);
+        mod.buffers[size_t(slot)].prepared_by = int(mod.stages.size());  // fixed up when stages are placed
+        st.prepared = slot;
+      }
+      st.vparams = {{"a_off", aoff}, {"b_off", boff}};
+      st.fparams = {{"alpha", alpha}};
+      st.flops = 2.0 * double(batch) * double(M) * double(N) * double(K);
+      st.width = N;
+      if (op == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty() && beta != 0) {
+        need_float(n.inputs[2]);
+        Shape C = shape_of(n.inputs[2]);
+        int c = expr_of(sb, bc, n.inputs[2], then(identity_map(O), broadcast_step(O, C)));
+        if (beta != 1) c = binary(sb, "Mul", cnst(sb, beta), c);
+        value = binary(sb, "Add", value, c);
+      }
+    } else if (op == "Conv") {
+      Shape X = shape_of(n.inputs[0]), W = shape_of(n.inputs[1]);
+      need_float(n.inputs[1]);
+      if (X.size() != 4) no_lowering(n, "only 2-D convolution is lowered");
+      int64_t group = n.attrs.get_int("group", 1);
+      auto strides = n.attrs.get_ints("strides", {1, 1}), dil = n.attrs.get_ints("dilations", {1, 1});
+      auto pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
+      std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
+      int64_t KH = W[2], KW = W[3], OH = O[2], OW = O[3];
+      if (ap == "VALID") pads = {0, 0, 0, 0};
+      else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+        int64_t th = std::max<int64_t>(0, (OH - 1) * strides[0] + (KH - 1) * dil[0] + 1 - X[2]);
+        int64_t tw = std::max<int64_t>(0, (OW - 1) * strides[1] + (KW - 1) * dil[1] + 1 - X[3]);
+        if (ap == "SAME_UPPER") pads = {th / 2, tw / 2, th - th / 2, tw - tw / 2};
+        else pads = {th - th / 2, tw - tw / 2, th / 2, tw / 2};
+      } else if (ap != "NOTSET") no_lowering(n, "auto_pad " + ap);
+      if (pads.size() != 4 || strides.size() != 2 || dil.size() != 2) no_lowering(n, "attribute sizes");
+      st.anchor_inputs = {data_in(0), data_in(1)};
+      st.iparams = {{"N", X[0]}, {"C", X[1]}, {"H", X[2]}, {"W", X[3]}, {"CO", O[1]}, {"KH", KH}, {"KW", KW},
+                    {"OH", OH}, {"OW", OW}, {"SH", strides[0]}, {"SW", strides[1]}, {"PH", pads[0]}, {"PW", pads[1]},
+                    {"DH", dil[0]}, {"DW", dil[1]}, {"G", group}};
+      st.flops = 2.0 * double(shape_numel(O)) * double(X[1] / group) * double(KH * KW);
+      st.width = OH * OW;
+      if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+        int b = expr_of(sb, bc, n.inputs[2], then(identity_map(O), select_step(O, {O[1]}, {1})));
+        value = binary(sb, "Add", value, b);
+      }
+    } else if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool") {
+      Shape X = shape_of(n.inputs[0]);
+      if (X.size() != 4) no_lowering(n, "only 2-D pooling is lowered");
+      bool global = op.rfind("Global", 0) == 0;
+      std::vector<int64_t> k = global ? std::vector<int64_t>{X[2], X[3]} : n.attrs.get_ints("kernel_shape", {});
+      auto strides = global ? std::vector<int64_t>{1, 1} : n.attrs.get_ints("strides", {1, 1});
+      auto dil = global ? std::vector<int64_t>{1, 1} : n.attrs.get_ints("dilations", {1, 1});
+      auto pads = global ? std::vector<int64_t>{0, 0, 0, 0} : n.attrs.get_ints("pads", {0, 0, 0, 0});
+      std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
+      if (!global && ap != "NOTSET" && ap != "VALID") {
+        int64_t th = std::max<int64_t>(0, (O[2] - 1) * strides[0] + (k[0] - 1) * dil[0] + 1 - X[2]);
+        int64_t tw = std::max<int64_t>(0, (O[3] - 1) * strides[1] + (k[1] - 1) * dil[1] + 1 - X[3]);
+        if (ap == "SAME_UPPER") pads = {th / 2, tw / 2, th - th / 2, tw - tw / 2};
+        else pads = {th - th / 2, tw - tw / 2, th / 2, tw / 2};
+      } else if (ap == "VALID") pads = {0, 0, 0, 0};
+      if (k.size() != 2 || pads.size() != 4) no_lowering(n, "attribute sizes");
+      bool is_max = op.find("Max") != std::string::npos;
+      int64_t cip = n.attrs.get_int("count_include_pad", 0);
+      st.anchor_op = "Pool";
+      st.anchor_inputs = {data_in(0)};
+      st.iparams = {{"N", X[0]}, {"C", X[1]}, {"H", X[2]}, {"W", X[3]}, {"KH", k[0]}, {"KW", k[1]}, {"OH", O[2]},
+                    {"OW", O[3]}, {"SH", strides[0]}, {"SW", strides[1]}, {"PH", pads[0]}, {"PW", pads[1]},
+                    {"PH1", pads[2]}, {"PW1", pads[3]}, {"DH", dil[0]}, {"DW", dil[1]}, {"MAX", is_max}, {"CIP", cip}};
+      st.flops = double(shape_numel(O)) * double(k[0] * k[1]);
+      st.width = O[2] * O[3];
+    } else if (op == "Softmax" || op == "LayerNormalization") {
+      Shape X = shape_of(n.inputs[0]);
+      int64_t r = int64_t(X.size());
+      bool legacy = op == "Softmax" && g.opset() < 13;
+      int64_t axis = n.attrs.get_int("axis", op == "Softmax" && legacy ? 1 : -1);
+      if (axis < 0) axis += r;
+      if (r == 0 || axis < 0 || axis >= r) no_lowering(n, "axis");
+      int64_t inner = 1;
+      for (int64_t d = axis; d < r; ++d) inner *= X[size_t(d)];
+      if (op == "Softmax" && !legacy && axis != r - 1) no_lowering(n, "softmax over a non-last axis");
+      st.anchor_inputs = {data_in(0)};
+      st.iparams = {{"rows", shape_numel(X) / std::max<int64_t>(1, inner)}, {"n", inner}};
+      st.width = inner;
+      st.flops = 5.0 * double(shape_numel(X));
+      if (op == "LayerNormalization") {
+        st.fparams = {{"eps", n.attrs.get_float("epsilon", 1e-5f)}};
+        if (n.attrs.get_int("stash_type", 1) != 1) no_lowering(n, "stash_type");
+        Shape sc = shape_of(n.inputs[1]);
+        int s = expr_of(sb, bc, n.inputs[1], then(identity_map(O), broadcast_step(O, sc)));
+        value = binary(sb, "Mul", value, s);
+        if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+          Shape bs = shape_of(n.inputs[2]);
+          int b = expr_of(sb, bc, n.inputs[2], then(identity_map(O), broadcast_step(O, bs)));
+          value = binary(sb, "Add", value, b);
+        }
+      }
+    } else if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax") {
+      Shape X = shape_of(n.inputs[0]);
+      int64_t r = int64_t(X.size());
+      int since = op == "ReduceSum" ? 13 : 18;
+      std::vector<int64_t> axes;
+      if (g.opset() >= since) {
+        if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+          const Tensor* a = g.constant_value(n.inputs[1]);
+          if (!a) no_lowering(n, "non-constant axes");
+          axes = a->to_int_vector();
+        }
+        if (axes.empty() && n.attrs.get_int("noop_with_empty_axes", 0)) no_lowering(n, "noop reduction");
+      } else {
+        axes = n.attrs.get_ints("axes", {});
+      }
+      if (axes.empty())
+        for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+      for (auto& a : axes)
+        if (a < 0) a += r;
+      std::sort(axes.begin(), axes.end());
+      axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+      // Reduced axes must be one contiguous run: input viewed as [outer, red, inner].
+      for (size_t i = 1; i < axes.size(); ++i)
+        if (axes[i] != axes[i - 1] + 1) no_lowering(n, "non-contiguous reduction axes");
+      int64_t outer = 1, red = 1, inner = 1;
+      for (int64_t d = 0; d < r; ++d) {
+        if (d < axes.front()) outer *= X[size_t(d)];
+        else if (d <= axes.back()) red *= X[size_t(d)];
+        else inner *= X[size_t(d)];
+      }
+      st.anchor_op = "Reduce";
+      st.anchor_inputs = {data_in(0)};
+      st.iparams = {{"outer", outer}, {"red", red}, {"inner", inner}, {"mode", op == "ReduceMean" ? 1 : op == "ReduceSum" ? 0 : 2}};
+      st.flops = double(shape_numel(X));
+      st.width = O.empty() ? 1 : O.back();
+    } else {
+      no_lowering(n, "no anchor lowering");
+    }
+    sb.anchor = n.id;
+    sb.anchor_value = n.outputs[0];
+    sb.anchor_expr = value;
+  }
+
+  // Lowers one block into stages; throws NoLowering when a member cannot be lowered.
+  std::vector<Stage> lower_block(const FusionBlock& b, bool fuse_epilogue) {
+    // Outputs folded at lowering time are weights already: never stored by a stage.
+    for (auto& v : b.outputs)
+      if (folded.count(v)) {
+        FusionBlock nb = b;
+        nb.outputs.erase(std::remove_if(nb.outputs.begin(), nb.outputs.end(), [&](const std::string& o) { return folded.count(o) != 0; }),
+                         nb.outputs.end());
+        return lower_block(nb, fuse_epilogue);
+      }
+    BlockCtx bc;
+    bc.block = &b;
+    for (NodeId id : b.members) {
+      if (folded_nodes.count(id)) continue;
+      bc.members.insert(id);
+      for (auto& o : g.node(id).outputs)
+        if (!o.empty()) bc.producer[o] = id;
+    }
+    std::string tag = "b" + std::to_string(b.id);
+    std::vector<Stage> stages;
+    if (b.anchor == kNoNode) {
+      for (NodeId id : b.members) {
+        if (folded_nodes.count(id)) continue;
+        const Node& n = g.node(id);
+        if (kAnchors.count(n.op_type) || (!kUnary.count(n.op_type) && !kBinary.count(n.op_type) && !kReorg.count(n.op_type) &&
+                                          n.op_type != "Transpose" && n.op_type != "Expand" && n.op_type != "Clip" && n.op_type != "Split" &&
+                                          n.op_type != "BatchNormalization" && n.op_type != "Cast"))
+          no_lowering(n, "no lowering for this op yet");
+      }
+      elementwise_stages(bc, b.outputs, stages, tag);
+      return stages;
+    }
+    const Node& an = g.node(b.anchor);
+    if (!kAnchors.count(an.op_type) || !an.domain.empty()) no_lowering(an, "no anchor lowering yet");
+    // Prologue: members the anchor depends on.
+    std::set<NodeId> pre;
+    std::function<void(NodeId)> up = [&](NodeId id) {
+      for (auto& in : g.node(id).inputs) {
+        auto it = bc.producer.find(in);
+        if (it != bc.producer.end() && !pre.count(it->second)) {
+          pre.insert(it->second);
+          up(it->second);
+        }
+      }
+    };
+    up(b.anchor);
+    // Values the anchor reads from inside the block, and prologue values used outside: materialised.
+    std::vector<std::string> pro_values;
+    std::set<std::string> outs(b.outputs.begin(), b.outputs.end());
+    for (auto& in : an.inputs)
+      if (bc.producer.count(in) && std::find(pro_values.begin(), pro_values.end(), in) == pro_values.end()) pro_values.push_back(in);
+    for (NodeId id : pre)
+      for (auto& o : g.node(id).outputs)
+        if (outs.count(o) && std::find(pro_values.begin(), pro_values.end(), o) == pro_values.end()) pro_values.push_back(o);
+    for (auto& v : pro_values) buffer_for(v);
+    if (!pro_values.empty()) elementwise_stages(bc, pro_values, stages, tag + "_pro");
+
+    // Epilogue: block outputs that derive from the anchor output, scattered from its index.
+    const std::string O = an.outputs[0];
+    std::vector<std::string> post_outs, side_outs;
+    std::map<std::string, std::optional<IndexMap>> fmemo;
+    bool fused = fuse_epilogue;
+    std::map<std::string, IndexMap> fwd;
+    for (auto& v : b.outputs) {
+      if (std::find(pro_values.begin(), pro_values.end(), v) != pro_values.end()) continue;
+      if (v == O) {
+        post_outs.push_back(v);
+        fwd[v] = identity_map(shape_of(O));
+        continue;
+      }
+      std::optional<IndexMap> f;
+      if (fused) {
+        try {
+          f = forward_map(bc, v, O, fmemo);
+        } catch (const NoLowering&) {
+          fused = false;
+        }
+      }
+      if (!fused) break;
+      if (f) {
+        post_outs.push_back(v);
+        fwd[v] = *f;
+      } else {
+        side_outs.push_back(v);
+      }
+    }
+    if (fused) {
+      try {
+        if (!side_outs.empty()) elementwise_stages(bc, side_outs, stages, tag + "_side");
+        StageBuilder sb;
+        sb.st.kind = StageKind::Anchor;
+        anchor_params(sb, bc, an);
+        for (auto& v : post_outs) {
+          Store s;
+          s.buffer = buffer_for(v);
+          if (mod.buffers[size_t(s.buffer)].dtype != DType::Float32) throw NoLowering{"non-float output", "dtype"};
+          s.map = fwd[v];
+          s.expr = expr_of(sb, bc, v, fwd[v]);
+          sb.st.stores.push_back(s);
+        }
+        finish_stage(sb.st);
+        pick_anchor_output(sb.st);
+        sb.st.name = tag + "_a";
+        stages.push_back(std::move(sb.st));
+        return stages;
+      } catch (const NoLowering&) {
+        if (!fuse_epilogue) throw;
+        return lower_block(b, false);
+      }
+    }
+    // Materialise the anchor output, then the members after it as elementwise stages.
+    StageBuilder sb;
+    sb.st.kind = StageKind::Anchor;
+    anchor_params(sb, bc, an);
+    Store s;
+    s.buffer = buffer_for(O);
+    s.expr = sb.anchor_expr;
+    s.map = identity_map(shape_of(O));
+    sb.st.stores.push_back(s);
+    finish_stage(sb.st);
+    pick_anchor_output(sb.st);
+    sb.st.name = tag + "_a";
+    stages.push_back(std::move(sb.st));
+    bc.available.insert(O);
+    std::vector<std::string> rest;
+    for (auto& v : b.outputs)
+      if (v != O && std::find(pro_values.begin(), pro_values.end(), v) == pro_values.end()) rest.push_back(v);
+    if (!rest.empty()) elementwise_stages(bc, rest, stages, tag + "_post");
+    return stages;
+  }
+
+  void run() {
+    mod.graph = g;
+    mod.opset = g.opset();
+    mod.model_name = g.name;
+    for (auto& in : g.inputs()) {
+      if (g.is_initializer(in)) continue;
+      shape_of(in);
+      mod.graph_inputs.push_back({in, buffer_for(in)});
+    }
+    fold_constants();
+    for (auto& b : plan.blocks) {
+      ++mod.blocks;
+      if (fold_constant_block(b)) continue;
+      size_t buffers_before = mod.buffers.size();
+      auto saved_buf_of = buf_of;
+      std::vector<Stage> stages;
+      try {
+        stages = lower_block(b, opt.fuse_epilogues);
+      } catch (const NoLowering& e) {
+        // Undo buffers made for internal values of the failed attempt.
+        mod.buffers.resize(buffers_before);
+        buf_of = saved_buf_of;
+        bn_cache.clear();
+        Stage st;
+        st.kind = StageKind::Fallback;
+        st.name = "b" + std::to_string(b.id) + "_f";
+        for (NodeId id : b.members)
+          if (!folded_nodes.count(id)) st.nodes.push_back(id);
+        st.fallback_reason = e.reason;
+        for (auto& v : b.inputs) st.inputs.push_back(buffer_for(v));
+        for (auto& v : b.outputs) st.outputs.push_back(buffer_for(v));
+        for (NodeId id : b.members) st.flops += node_flops(g, id);
+        stages = {st};
+        ++mod.fallback_blocks;
+        if (std::find(mod.fallback_ops.begin(), mod.fallback_ops.end(), e.op) == mod.fallback_ops.end()) mod.fallback_ops.push_back(e.op);
+      }
+      for (auto& st : stages) {
+        st.block = b.id;
+        st.mapping = mapping_type_name(b.type);
+        if (st.kind != StageKind::Fallback) {
+          st.nodes = b.members;
+          std::set<int> rd, wr;
+          for (auto& e : st.exprs)
+            if (e.kind == Expr::Load) rd.insert(e.buffer);
+          for (int a : st.anchor_inputs)
+            if (a >= 0) rd.insert(a);
+          for (auto& s : st.stores) wr.insert(s.buffer);
+          if (st.anchor_output >= 0) wr.insert(st.anchor_output);
+          st.inputs.assign(rd.begin(), rd.end());
+          st.outputs.assign(wr.begin(), wr.end());
+          if (st.kind == StageKind::Elementwise) st.flops = double(shape_numel(st.driver)) * double(st.exprs.size());
+        }
+        if (st.prepared >= 0) mod.buffers[size_t(st.prepared)].prepared_by = int(mod.stages.size());
+        mod.stages.push_back(std::move(st));
+      }
+    }
+    // Per stage flops: the anchor's; elementwise members counted by expression nodes (approximate).
+    for (auto& out : g.outputs()) mod.graph_outputs.push_back({out, buffer_for(out)});
+    plan_memory();
+  }
+
+  // Nodes whose inputs are all constants (a Transpose of a weight that the pipeline left in
+  // place) are evaluated once here with the reference kernels; their outputs become weights.
+  void fold_constants() {
+    for (NodeId id : g.topo_order()) {
+      const Node& n = g.node(id);
+      if (n.op_type == "Constant" || !n.domain.empty() || n.inputs.empty()) continue;
+      bool all = true;
+      for (auto& v : n.inputs)
+        if (!v.empty() && !folded.count(v) && !g.constant_value(v)) all = false;
+      for (auto& o : n.outputs)
+        if (!o.empty() && (g.is_output(o) || !g.type(o).is_static() || g.type(o).numel().value_or(0) > (int64_t(1) << 27))) all = false;
+      if (!all) continue;
+      std::vector<const Tensor*> ins;
+      for (auto& v : n.inputs) ins.push_back(v.empty() ? nullptr : folded.count(v) ? &folded[v] : g.constant_value(v));
+      try {
+        auto outs = run_node(n, g.opset(), ins);
+        for (size_t i = 0; i < n.outputs.size() && i < outs.size(); ++i)
+          if (!n.outputs[i].empty()) folded[n.outputs[i]] = outs[i];
+        folded_nodes.insert(id);
+      } catch (const Error&) {
+      }
+    }
+  }
+
+  // A block that reads only constants (a Transpose of a weight the rewriter left in place) is
+  // evaluated once here with the reference kernels; its outputs become weights.
+  bool fold_constant_block(const FusionBlock& b) {
+    if (b.inputs.empty()) return false;
+    for (auto& v : b.inputs)
+      if (!g.constant_value(v)) return false;
+    for (auto& v : b.outputs)
+      if (g.is_output(v) || !g.type(v).is_static()) return false;
+    std::map<std::string, Tensor> local;
+    try {
+      for (NodeId id : b.members) {
+        const Node& n = g.node(id);
+        if (!n.domain.empty()) return false;
+        std::vector<const Tensor*> ins;
+        for (auto& v : n.inputs) ins.push_back(v.empty() ? nullptr : local.count(v) ? &local[v] : g.constant_value(v));
+        auto outs = run_node(n, g.opset(), ins);
+        for (size_t i = 0; i < n.outputs.size() && i < outs.size(); ++i)
+          if (!n.outputs[i].empty()) local[n.outputs[i]] = outs[i];
+      }
+    } catch (const Error&) {
+      return false;  // left to run time, where the error names the node again
+    }
+    for (auto& v : b.outputs) {
+      auto it = local.find(v);
+      if (it == local.end() || it->second.shape() != g.type(v).static_shape()) return false;
+    }
+    for (auto& v : b.outputs) {
+      int id = add_buffer(v, local[v].dtype(), local[v].shape(), BufferKind::Weight);
+      mod.buffers[size_t(id)].data = local[v];
+    }
+    ++mod.folded_blocks;
+    return true;
+  }
+
+  // ---------------------------------------------------------------- memory plan
+  void plan_memory() {
+    int ns = int(mod.stages.size());
+    for (int s = 0; s < ns; ++s) {
+      for (int b : mod.stages[size_t(s)].outputs) {
+        auto& B = mod.buffers[size_t(b)];
+        if (B.first < 0) B.first = s;
+        B.last = std::max(B.last, s);
+      }
+      for (int b : mod.stages[size_t(s)].inputs) {
+        auto& B = mod.buffers[size_t(b)];
+        if (B.first < 0) B.first = s;
+        B.last = std::max(B.last, s);
+      }
+    }
+    // Greedy first-fit over stage order; a buffer frees after its last stage.
+    struct Block {
+      int64_t off, size;
+      int buf;
+    };
+    std::vector<Block> live;
+    auto align = [](int64_t x) { return (x + 63) / 64 * 64; };
+    int64_t peak = 0;
+    for (int s = 0; s < ns; ++s) {
+      Stage& st = mod.stages[size_t(s)];
+      // In place: an elementwise stage whose output has the same size as an input dying here,
+      // read and written at the same index only.
+      std::map<int, int> inplace;  // output -> input
+      if (opt.allow_inplace && st.kind == StageKind::Elementwise) {
+        for (auto& store : st.stores) {
+          auto& O = mod.buffers[size_t(store.buffer)];
+          if (O.kind != BufferKind::Activation || O.dynamic || O.first != s) continue;
+          for (int in : st.inputs) {
+            auto& I = mod.buffers[size_t(in)];
+            if (I.kind != BufferKind::Activation || I.last != s || I.bytes != O.bytes || I.inplace_of == -2) continue;
+            auto ident = [&](const Access& a) { return a.affine && a.base == 0 && a.col_stride == 1 && (a.row_stride == st.width || st.rows == 1); };
+            bool same_index = ident(store.access);
+            for (auto& e : st.exprs)
+              if (e.kind == Expr::Load && e.buffer == in && !ident(e.access)) same_index = false;
+            // Another store reading this input after it is overwritten would be wrong: one store only.
+            if (st.stores.size() != 1) same_index = false;
+            bool taken = false;
+            for (auto& [o, i] : inplace)
+              if (i == in) taken = true;
+            if (same_index && !taken) {
+              inplace[store.buffer] = in;
+              break;
+            }
+          }
+        }
+      }
+      // Allocate outputs first starting here.
+      for (int b : st.outputs) {
+        auto& B = mod.buffers[size_t(b)];
+        if (B.kind != BufferKind::Activation || B.dynamic || B.first != s || B.offset >= 0) continue;
+        if (inplace.count(b)) {
+          auto& I = mod.buffers[size_t(inplace[b])];
+          B.offset = I.offset;
+          B.inplace_of = I.id;
+          I.inplace_of = I.inplace_of < 0 ? -2 : I.inplace_of;  // -2: storage handed on
+          ++mod.inplace_count;
+          for (auto& l : live)
+            if (l.buf == I.id) l.buf = b;
+          continue;
+        }
+        int64_t size = align(std::max<int64_t>(B.bytes, 1));
+        std::sort(live.begin(), live.end(), [](const Block& a, const Block& c) { return a.off < c.off; });
+        int64_t off = 0;
+        for (auto& l : live) {
+          if (l.off - off >= size) break;
+          off = std::max(off, l.off + l.size);
+        }
+        B.offset = off;
+        live.push_back({off, size, b});
+        peak = std::max(peak, off + size);
+      }
+      // Free what dies here (and buffers never read: outputs of this stage used nowhere else).
+      live.erase(std::remove_if(live.begin(), live.end(), [&](const Block& l) { return mod.buffers[size_t(l.buf)].last <= s; }),
+                 live.end());
+    }
+    mod.arena_bytes = peak;
+    mod.naive_bytes = 0;
+    for (auto& B : mod.buffers)
+      if (B.kind == BufferKind::Activation) mod.naive_bytes += B.bytes;
+  }
+};
+
+}  // namespace
+
+KernelModule lower_module(const Graph& g, const FusionPlan& plan, const LowerOptions& opt) {
+  Lowerer l(g, plan, opt);
+  l.run();
+  return std::move(l.mod);
+}
+
+}  // namespace nnfuse

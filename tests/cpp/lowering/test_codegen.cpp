@@ -1,0 +1,256 @@
+// The CPU code generator end to end: lower, emit C++, compile with the system compiler, load and
+// run, against the reference interpreter. Each model covers several emitter features to keep the
+// number of (slow) compiler runs small; the kernel cache lives in a per-run temp directory.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "fusion/planner.h"
+#include "graph/builder.h"
+#include "graph/error.h"
+#include "graph/interpreter.h"
+#include "kernels/cpu_model.h"
+
+using namespace nnfuse;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string cache_dir() {
+  static std::string d = [] {
+    fs::path p = fs::temp_directory_path() / ("nnfuse_test_codegen_" + std::to_string(::getpid()));
+    fs::create_directories(p);
+    return p.string();
+  }();
+  return d;
+}
+
+// Blocks from a list of node-output groups: each group is one block (anchor: the first
+// Many-to-Many member). Nodes not listed get their own block.
+FusionPlan plan_of(const Graph& g, const std::vector<std::vector<std::string>>& groups) {
+  FusionPlan p;
+  p.target = "host";
+  std::map<NodeId, int> group_of;
+  for (size_t i = 0; i < groups.size(); ++i)
+    for (auto& v : groups[i]) group_of[g.producer(v).value()] = int(i);
+  std::map<int, FusionBlock> by_group;
+  std::vector<int> order;
+  int next_single = 1000;
+  for (NodeId id : g.topo_order()) {
+    const Node& n = g.node(id);
+    if (n.op_type == "Constant") {
+      p.constants.push_back(id);
+      continue;
+    }
+    int gid = group_of.count(id) ? group_of[id] : next_single++;
+    if (!by_group.count(gid)) order.push_back(gid);
+    FusionBlock& b = by_group[gid];
+    b.members.push_back(id);
+    if (b.anchor == kNoNode && node_mapping_type(g, id) == MappingType::ManyToMany) b.anchor = id;
+  }
+  for (int gid : order) {
+    FusionBlock b = by_group[gid];
+    b.id = int(p.blocks.size());
+    b.type = b.anchor == kNoNode ? MappingType::OneToOne : MappingType::ManyToMany;
+    std::set<NodeId> mem(b.members.begin(), b.members.end());
+    for (NodeId id : b.members) {
+      for (auto& in : g.node(id).inputs) {
+        auto pr = in.empty() ? std::nullopt : g.producer(in);
+        if (!in.empty() && !(pr && mem.count(*pr)) && std::find(b.inputs.begin(), b.inputs.end(), in) == b.inputs.end())
+          b.inputs.push_back(in);
+      }
+      for (auto& o : g.node(id).outputs) {
+        bool outside = g.is_output(o);
+        for (auto& u : g.consumers(o))
+          if (!mem.count(u.node)) outside = true;
+        if (outside) b.outputs.push_back(o);
+      }
+    }
+    p.blocks.push_back(b);
+  }
+  check_plan(g, p);
+  return p;
+}
+
+void check_close(const TensorMap& got, const TensorMap& want, double rtol = 1e-4, double atol = 1e-5) {
+  for (auto& [name, w] : want) {
+    INFO("output " << name);
+    REQUIRE(got.count(name));
+    const Tensor& g = got.at(name);
+    REQUIRE(g.shape() == w.shape());
+    auto a = g.to_float_vector(), b = w.to_float_vector();
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / (atol + rtol * std::fabs(double(b[i]))));
+    CHECK(worst <= 1.0);
+  }
+}
+
+CpuCompileOptions opts(int threads = 2) {
+  CpuCompileOptions o;
+  o.cache_dir = cache_dir();
+  o.threads = threads;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("codegen: elementwise broadcasting, reorganize and shuffle index expressions, fallback", "[codegen]") {
+  GraphBuilder gb("ew");
+  auto x = gb.input("x", DType::Float32, {2, 3, 20});
+  auto col = gb.input("col", DType::Float32, {3, 1});
+  auto ids = gb.input("ids", DType::Int64, {5});
+  auto bias = gb.weight("bias", {20});
+  auto a = gb.op("Add", {x, bias});                         // row broadcast
+  auto b = gb.op("Mul", {a, col});                          // column broadcast
+  auto t = gb.op("Transpose", {b}, GraphBuilder::attrs({{"perm", A::is({2, 0, 1})}}));
+  auto r = gb.op("Reshape", {t, gb.ints("shape", {20, 6})});
+  auto s = gb.op("Tanh", {r});
+  auto sg = gb.op("Sigmoid", {s});
+  auto e = gb.op("Erf", {sg});
+  auto table = gb.weight("table", {10, 6});
+  auto gth = gb.op("Gather", {table, ids});                 // no lowering: a fallback block
+  auto c = gb.op("Clip", {gth, gb.scalar("lo", -0.02f), gb.scalar("hi", 0.02f)});
+  gb.output(e);
+  gb.output(c);
+  Model m = gb.finish();
+  FusionPlan plan = plan_of(m.graph, {{a, b, t, r, s, sg, e}, {gth, c}});
+  auto cm = CpuModel::build(m.graph, &plan, opts());
+  CHECK(cm->module().fallback_blocks == 1);
+  TensorMap feeds = random_feeds(m.graph, 5);
+  check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
+
+TEST_CASE("codegen: MatMul and Gemm anchors with prologue and scattering epilogue", "[codegen]") {
+  GraphBuilder gb("mm");
+  auto x = gb.input("x", DType::Float32, {1, 9, 20});
+  auto w = gb.weight("w", {20, 24}, 0.3f);
+  auto bias = gb.weight("bias", {24});
+  auto rl = gb.op("Relu", {x});
+  auto mm = gb.op("MatMul", {rl, w});
+  auto add = gb.op("Add", {mm, bias});
+  auto sg = gb.op("Sigmoid", {add});
+  auto ge = gb.op("Mul", {add, sg});
+  auto rs = gb.op("Reshape", {ge, gb.ints("shape", {1, 9, 2, 12})});
+  auto tr = gb.op("Transpose", {rs}, GraphBuilder::attrs({{"perm", A::is({0, 2, 1, 3})}}));  // [1,2,9,12]
+  // Batched MatMul with a transposed operand: [1,2,9,12] x [1,2,12,9].
+  auto tr2 = gb.op("Transpose", {tr}, GraphBuilder::attrs({{"perm", A::is({0, 1, 3, 2})}}));
+  auto att = gb.op("MatMul", {tr, tr2});
+  auto sm = gb.op("Softmax", {att}, GraphBuilder::attrs({{"axis", A::i(-1)}}));
+  // Gemm with transB, alpha/beta and a broadcast C.
+  auto y2d = gb.op("Reshape", {sm, gb.ints("shape2", {18, 9})});
+  auto gw = gb.weight("gw", {5, 9}, 0.3f);
+  auto gc = gb.weight("gc", {5});
+  auto gm = gb.op("Gemm", {y2d, gw, gc}, GraphBuilder::attrs({{"transB", A::i(1)}, {"alpha", A::f(0.5f)}, {"beta", A::f(2.0f)}}));
+  gb.output(gb.op("Relu", {gm}));
+  gb.output(tr);
+  Model m = gb.finish();
+  FusionPlan plan = plan_of(m.graph, {{rl, mm, add, sg, ge, rs, tr}, {tr2}, {att}, {sm, y2d}});
+  auto cm = CpuModel::build(m.graph, &plan, opts());
+  CHECK(cm->module().fallback_blocks == 0);
+  TensorMap feeds = random_feeds(m.graph, 7);
+  check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
+
+TEST_CASE("codegen: Conv, depthwise Conv, BatchNorm, residual epilogue, pooling, LayerNorm, reductions", "[codegen]") {
+  GraphBuilder gb("cnn");
+  auto x = gb.input("x", DType::Float32, {1, 3, 17, 15});
+  auto w1 = gb.weight("w1", {8, 3, 3, 3}, 0.3f);
+  auto b1 = gb.weight("b1", {8});
+  auto c1 = gb.op("Conv", {x, w1, b1}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}, {"strides", A::is({2, 1})}}));
+  auto sc = gb.uniform("s", {8}, 0.5f, 1.5f), bb = gb.weight("bb", {8}), mu = gb.weight("mu", {8}), var = gb.uniform("var", {8}, 0.5f, 2.f);
+  auto bn = gb.op("BatchNormalization", {c1, sc, bb, mu, var});
+  auto r1 = gb.op("Relu", {bn});
+  auto wd = gb.weight("wd", {8, 1, 3, 3}, 0.3f);
+  auto dw = gb.op("Conv", {r1, wd}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}, {"group", A::i(8)}, {"dilations", A::is({1, 1})}}));
+  auto res = gb.op("Add", {dw, r1});
+  auto clip = gb.op("Clip", {res, gb.scalar("z", 0.f), gb.scalar("six", 6.f)});
+  auto mp = gb.op("MaxPool", {clip}, GraphBuilder::attrs({{"kernel_shape", A::is({3, 3})}, {"strides", A::is({2, 2})}, {"pads", A::is({1, 1, 1, 1})}}));
+  auto gap = gb.op("GlobalAveragePool", {mp});
+  auto ln_in = gb.op("Reshape", {mp, gb.ints("shape", {1, 8, -1})});
+  auto ln = gb.op("LayerNormalization", {ln_in, gb.uniform("g", Shape{1}, 0.5f, 1.5f), gb.weight("beta", Shape{1})},
+                  GraphBuilder::attrs({{"axis", A::i(-1)}, {"epsilon", A::f(1e-5f)}}));
+  auto mean = gb.op("ReduceMean", {ln}, GraphBuilder::attrs({{"axes", A::is({-1})}, {"keepdims", A::i(1)}}));
+  auto cen = gb.op("Sub", {ln, mean});
+  gb.output(gap);
+  gb.output(cen);
+  Model m = gb.finish();
+  FusionPlan plan = plan_of(m.graph, {{c1, bn, r1}, {dw, res, clip}, {mp}, {gap}, {ln_in, ln}, {mean, cen}});
+  auto cm = CpuModel::build(m.graph, &plan, opts());
+  CHECK(cm->module().fallback_blocks == 0);
+  TensorMap feeds = random_feeds(m.graph, 11);
+  TensorMap want = run_reference(m.graph, feeds);
+  check_close(cm->run(feeds), want);
+
+  SECTION("the same kernels run with one thread and under concurrent run() calls") {
+    auto one = CpuModel::build(m.graph, &plan, opts(1));
+    check_close(one->run(feeds), want);
+    std::vector<TensorMap> outs(4);
+    std::vector<std::thread> th;
+    for (int i = 0; i < 4; ++i) th.emplace_back([&, i] { outs[size_t(i)] = cm->run(feeds); });
+    for (auto& t : th) t.join();
+    for (auto& o : outs) check_close(o, want);
+  }
+}
+
+TEST_CASE("codegen: kernel cache hit, corrupt entry rebuilt, artifact round trip", "[codegen]") {
+  GraphBuilder gb("cache");
+  auto x = gb.input("x", DType::Float32, {4, 33});
+  auto y = gb.op("Exp", {gb.op("Neg", {gb.op("Abs", {x})})});
+  gb.output(y);
+  Model m = gb.finish();
+  CpuCompileOptions o = opts();
+  o.cache_dir = (fs::path(cache_dir()) / "cache_test").string();
+  fs::remove_all(o.cache_dir);
+  auto first = CpuModel::build(m.graph, nullptr, o);
+  CHECK_FALSE(first->info()["build"]["cache_hit"].get<bool>());
+  auto second = CpuModel::build(m.graph, nullptr, o);
+  // The key covers the support headers: if they were edited meanwhile, the first build is stale.
+  for (int i = 0; i < 3 && second->info()["build"]["hash"] != first->info()["build"]["hash"]; ++i) {
+    first = std::move(second);
+    second = CpuModel::build(m.graph, nullptr, o);
+  }
+  CHECK(second->info()["build"]["cache_hit"].get<bool>());
+  // Truncate the cached library: the checksum catches it and the entry is rebuilt. (Unload it
+  // first: truncating a mapped library under a live process is a SIGBUS, not a cache problem.)
+  std::string so = first->info()["build"]["shared_object"];
+  first.reset();
+  second.reset();
+  fs::resize_file(so, fs::file_size(so) / 2);
+  auto third = CpuModel::build(m.graph, nullptr, o);
+  CHECK_FALSE(third->info()["build"]["cache_hit"].get<bool>());
+  CHECK(third->info()["build"]["rebuilt_corrupt_entry"].get<bool>());
+  TensorMap feeds = random_feeds(m.graph, 3);
+  TensorMap want = run_reference(m.graph, feeds);
+  check_close(third->run(feeds), want);
+
+  fs::path art = fs::path(cache_dir()) / "artifact";
+  third->save(art.string());
+  auto loaded = CpuModel::load(art.string(), 1);
+  check_close(loaded->run(feeds), want);
+  // A corrupt artifact library is refused, not run.
+  loaded.reset();
+  fs::resize_file(art / "kernels.so", 100);
+  CHECK_THROWS_AS(CpuModel::load(art.string(), 1), Error);
+}
+
+#include "fusion/target.h"
+#include "graph/zoo.h"
+#include "kernels/cross_run.h"
+
+TEST_CASE("codegen: arm-neon cross-compiled driver runs resnet_tiny under qemu", "[codegen][arm]") {
+  if (std::system("aarch64-linux-gnu-g++ --version > /dev/null 2>&1") != 0 || std::system("qemu-aarch64 --version > /dev/null 2>&1") != 0) {
+    WARN("aarch64-linux-gnu-g++ or qemu-aarch64 missing: skipped");
+    return;
+  }
+  Model m = build_zoo_model("resnet_tiny", ZooOptions{});
+  PlanOptions po;
+  po.profile = false;
+  FusionPlan plan = plan_fusion(m.graph, target_by_name("arm-neon"), po);
+  KernelModule km = lower_module(m.graph, plan);
+  REQUIRE(km.fallback_blocks == 0);
+  TensorMap feeds = random_feeds(m.graph, 1);
+  check_close(cross_run(km, feeds), run_reference(m.graph, feeds));
+}
