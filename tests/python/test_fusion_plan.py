@@ -58,3 +58,20 @@ def test_zoo_plan_report(cli, export_cache, model, opset):
         for mem in b["members"][1:]:
             assert "+" in mem["joined_by"] and mem["decision"] in (
                 "profitable", "cost-model", "no-profile", "profiled", "profile-cache")
+
+
+def test_export_fused_and_dot(cli, export_cache, workdir):
+    """--export-fused writes blocks as nnfuse-domain nodes with function bodies that onnx.checker
+    accepts; --dot draws one cluster per block."""
+    model = next(c.values[0] for c in CASES if c.values[0] and c.values[0]["name"] == "resnet_tiny")
+    path = _export(cli, export_cache, model, 13)
+    fused, dot = workdir / "fused.onnx", workdir / "plan.dot"
+    rep = cli.ok("optimize", path, "--no-profile", "--export-fused", fused, "--dot", dot)
+    m = onnx.load(str(fused))
+    onnx.checker.check_model(m)
+    assert len(m.graph.node) == rep["kernels"] and all(n.domain == "nnfuse" for n in m.graph.node)
+    assert {f.name for f in m.functions} == {n.op_type for n in m.graph.node}
+    members = sum(len(f.node) for f in m.functions)
+    assert members == rep["ops_after_rewrite"]
+    text = dot.read_text()
+    assert text.count("subgraph cluster_") == rep["kernels"] + 1  # + the legend
