@@ -58,6 +58,7 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
     to.target = o.target;
     to.cache_dir = o.cache_dir;
     to.jobs = jobs;
+    to.progress = o.progress;
     BuildResult br = build_shared_object(src, to);
     m->so_path_ = br.so_path;
     m->hash_ = br.hash;

@@ -4,6 +4,7 @@
 // arenas so that concurrent run() calls never share activations, reused across runs).
 #include <chrono>
 #include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@ struct CpuCompileOptions {
   int jobs = 0;             // parallel compiler processes
   int max_units = 0;        // translation units (0: 2 per job, at least 1)
   LowerOptions lower;
+  std::function<void(size_t done, size_t total)> progress;  // compile progress (see ToolchainOptions)
 };
 
 bool is_cpu_target(const std::string& target);

@@ -190,12 +190,18 @@ BuildResult build_shared_object(const std::vector<SourceUnit>& units, const Tool
   }
   int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0};
+  size_t done = 0;
+  std::mutex progress_mu;
   std::vector<std::thread> th;
   for (int j = 0; j < std::min<int>(jobs, int(units.size())); ++j)
     th.emplace_back([&] {
       for (size_t i; (i = next.fetch_add(1)) < units.size();) {
         std::string out;
         if (run_command(cmds[i], out) != 0) errors[i] = out.empty() ? "compiler failed" : out;
+        if (o.progress) {
+          std::lock_guard<std::mutex> lock(progress_mu);
+          o.progress(++done, units.size());
+        }
       }
     });
   for (auto& t : th) t.join();

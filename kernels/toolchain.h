@@ -3,6 +3,7 @@
 // shared object (units in parallel), caches it by content hash, and loads it with dlopen.
 // A cache entry is <hash>.so plus <hash>.sum (size and checksum of the .so): a truncated or
 // altered .so, or a missing .sum, is detected and rebuilt.
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,6 +18,8 @@ struct ToolchainOptions {
   std::string cache_dir;         // "" = $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels
   int jobs = 0;                  // parallel compiler processes (0: hardware threads)
   std::string compiler;          // "" = $NNFUSE_CXX or g++ (aarch64-linux-gnu-g++ for arm-neon off Arm)
+  // Called after each translation unit compiles (done, total); calls are serialised.
+  std::function<void(size_t done, size_t total)> progress;
 };
 
 // Compiler flags for a target (ISA flags included); "host" resolves to the running CPU.

@@ -31,6 +31,7 @@ int run_compile(const ParsedArgs& args) {
   OptimizeResult r = optimize(m, o);
   CompileOptions co;
   co.target = target;
+  co.progress = terminal_progress("compiling kernels");
   co.cache_dir = args.get("--cache-dir");
   auto exe = compile(m, r.plan ? &*r.plan : nullptr, co);
   save_compiled(*exe, out);

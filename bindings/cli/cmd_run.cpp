@@ -186,6 +186,7 @@ int run_run(const ParsedArgs& args) {
   } else if (target != "reference") {
     CompileOptions co;
     co.target = target;
+    co.progress = terminal_progress("compiling kernels");
     co.threads = int(threads);
     exe = compile(m, opt && opt->plan ? &*opt->plan : nullptr, co);
   }

@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -187,6 +189,23 @@ std::string sanitize_file_name(const std::string& name) {
   if (r.empty()) r = "output";
   if (r[0] == '.') r[0] = '_';  // no hidden files, no "." or ".."
   return r;
+}
+
+}  // namespace nnfuse::cli
+
+namespace nnfuse::cli {
+
+std::function<void(size_t, size_t)> terminal_progress(const std::string& label) {
+  if (!::isatty(STDERR_FILENO)) return {};
+  return [label](size_t done, size_t total) {
+    const int width = 30;
+    int filled = total ? int(width * done / total) : width;
+    std::string bar(size_t(filled), '=');
+    bar.resize(size_t(width), ' ');
+    std::fprintf(stderr, "\r%s [%s] %zu/%zu", label.c_str(), bar.c_str(), done, total);
+    if (done >= total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
 }
 
 }  // namespace nnfuse::cli

@@ -1,6 +1,7 @@
 #pragma once
 // Pieces shared by the commands: loading a model with --shape bindings, describing graphs and
 // tensors as JSON, graph statistics (op histograms, FLOPs) and human-readable number formatting.
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ std::string human_ms(double ms);
 std::string flops_text(const GraphStats& s);        // "12.3 ms"
 std::string opsets_text(const std::map<std::string, int64_t>& opsets);  // "ai.onnx 17, com.microsoft 1"
 json opsets_json(const std::map<std::string, int64_t>& opsets);
+
+// A progress bar on stderr for long steps (compiling kernels): "label [=====     ] 5/12". Returns
+// an empty function when stderr is not a terminal, so pipes and CI logs stay quiet.
+std::function<void(size_t done, size_t total)> terminal_progress(const std::string& label);
 
 // Writes the command's one JSON object to stdout.
 void print_json(const json& j);
