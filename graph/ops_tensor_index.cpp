@@ -482,25 +482,9 @@ std::vector<Tensor> kernel_nms(const KernelContext& c) {
 }  // namespace
 
 void register_tensor_index_ops(OpRegistry& r) {
-  auto make = [](const char* name, int since, MappingType m, int min_in, int max_in, InferFn inf, KernelFn k,
-                 int min_out = 1, int max_out = 1) {
-    OpSchema s;
-    s.name = name;
-    s.since = since;
-    s.mapping = m;
-    s.min_inputs = min_in;
-    s.max_inputs = max_in;
-    s.min_outputs = min_out;
-    s.max_outputs = max_out;
-    s.infer = std::move(inf);
-    s.kernel = std::move(k);
-    s.flops = zero_flops;  // indexing moves data; no arithmetic worth counting
-    s.family = "tensor";
-    return s;
-  };
   auto same = [](const InferContext& c) { return infer_same_as(c); };
   {
-    OpSchema s = make("Gather", 1, MappingType::OneToMany, 2, 2, infer_gather, kernel_gather);
+    OpSchema s = data_movement_schema("Gather", 1, MappingType::OneToMany, 2, 2, infer_gather, kernel_gather);
     // A single index selects one slice: the elements keep their order (Reorganize). Several
     // indices may repeat a slice (One-to-Many).
     s.mapping_fn = [](const Node&, const std::vector<TensorType>& ins, const std::vector<TensorType>&) {
@@ -512,19 +496,19 @@ void register_tensor_index_ops(OpRegistry& r) {
     };
     r.add(std::move(s));
   }
-  r.add(make("GatherElements", 11, MappingType::ManyToMany, 2, 2, infer_gather_elements, kernel_gather_elements));
-  r.add(make("GatherND", 11, MappingType::ManyToMany, 2, 2, infer_gather_nd, kernel_gather_nd));
-  r.add(make("ScatterND", 11, MappingType::ManyToMany, 3, 3, same, kernel_scatter_nd));
-  r.add(make("ScatterElements", 11, MappingType::ManyToMany, 3, 3, same, kernel_scatter_elements));
+  r.add(data_movement_schema("GatherElements", 11, MappingType::ManyToMany, 2, 2, infer_gather_elements, kernel_gather_elements));
+  r.add(data_movement_schema("GatherND", 11, MappingType::ManyToMany, 2, 2, infer_gather_nd, kernel_gather_nd));
+  r.add(data_movement_schema("ScatterND", 11, MappingType::ManyToMany, 3, 3, same, kernel_scatter_nd));
+  r.add(data_movement_schema("ScatterElements", 11, MappingType::ManyToMany, 3, 3, same, kernel_scatter_elements));
   {
-    OpSchema s = make("Scatter", 9, MappingType::ManyToMany, 3, 3, same, kernel_scatter_elements);
+    OpSchema s = data_movement_schema("Scatter", 9, MappingType::ManyToMany, 3, 3, same, kernel_scatter_elements);
     s.until = 10;  // deprecated at opset 11 in favour of ScatterElements
     r.add(std::move(s));
   }
-  r.add(make("TopK", 1, MappingType::ManyToMany, 1, 2, infer_topk, kernel_topk, 2, 2));
-  r.add(make("NonZero", 9, MappingType::ManyToMany, 1, 1, infer_nonzero, kernel_nonzero));
-  r.add(make("OneHot", 9, MappingType::ManyToMany, 3, 3, infer_onehot, kernel_onehot));
-  r.add(make("NonMaxSuppression", 10, MappingType::ManyToMany, 2, 5, infer_nms, kernel_nms));
+  r.add(data_movement_schema("TopK", 1, MappingType::ManyToMany, 1, 2, infer_topk, kernel_topk, 2, 2));
+  r.add(data_movement_schema("NonZero", 9, MappingType::ManyToMany, 1, 1, infer_nonzero, kernel_nonzero));
+  r.add(data_movement_schema("OneHot", 9, MappingType::ManyToMany, 3, 3, infer_onehot, kernel_onehot));
+  r.add(data_movement_schema("NonMaxSuppression", 10, MappingType::ManyToMany, 2, 5, infer_nms, kernel_nms));
 }
 
 }  // namespace nnfuse::tensor_ops

@@ -706,19 +706,7 @@ std::vector<Tensor> kernel_revseq(const KernelContext& c) {
 void register_tensor_move_ops(OpRegistry& r) {
   auto add = [&](const char* name, int since, MappingType m, int min_in, int max_in, InferFn inf, KernelFn k,
                  int min_out = 1, int max_out = 1) {
-    OpSchema s;
-    s.name = name;
-    s.since = since;
-    s.mapping = m;
-    s.min_inputs = min_in;
-    s.max_inputs = max_in;
-    s.min_outputs = min_out;
-    s.max_outputs = max_out;
-    s.infer = std::move(inf);
-    s.kernel = std::move(k);
-    s.flops = zero_flops;  // pure data movement: no arithmetic
-    s.family = "tensor";
-    r.add(std::move(s));
+    r.add(data_movement_schema(name, since, m, min_in, max_in, std::move(inf), std::move(k), min_out, max_out));
   };
   add("Transpose", 1, MappingType::Shuffle, 1, 1, infer_transpose, kernel_transpose);
   add("Concat", 1, MappingType::Reorganize, 1, -1, infer_concat, kernel_concat);

@@ -71,4 +71,22 @@ void register_tensor_resize_ops(OpRegistry& r);
 // Flop function for pure data movement: 0 (no arithmetic).
 inline double zero_flops(const Node&, const std::vector<TensorType>&, const std::vector<TensorType>&) { return 0; }
 
+// The schema of a data-movement or indexing op of this family: no arithmetic worth counting.
+inline OpSchema data_movement_schema(const char* name, int since, MappingType m, int min_in, int max_in, InferFn inf,
+                                     KernelFn k, int min_out = 1, int max_out = 1) {
+  OpSchema s;
+  s.name = name;
+  s.since = since;
+  s.mapping = m;
+  s.min_inputs = min_in;
+  s.max_inputs = max_in;
+  s.min_outputs = min_out;
+  s.max_outputs = max_out;
+  s.infer = std::move(inf);
+  s.kernel = std::move(k);
+  s.flops = zero_flops;
+  s.family = "tensor";
+  return s;
+}
+
 }  // namespace nnfuse::tensor_ops
