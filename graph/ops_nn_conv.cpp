@@ -683,25 +683,12 @@ Tensor global_pool_typed(const KernelContext& c, const Tensor& X, PoolKind kind)
   return Y;
 }
 
-OpSchema make(const std::string& name, int since, int min_in, int max_in, int min_out, int max_out) {
-  OpSchema s;
-  s.name = name;
-  s.since = since;
-  s.until = 21;
-  s.min_inputs = min_in;
-  s.max_inputs = max_in;
-  s.min_outputs = min_out;
-  s.max_outputs = max_out;
-  s.mapping = MappingType::ManyToMany;
-  s.family = "nn";
-  return s;
-}
 
 }  // namespace
 
 void register_nn_conv_ops(OpRegistry& r) {
   {
-    OpSchema s = make("Conv", 1, 2, 3, 1, 1);
+    OpSchema s = nn_schema("Conv", 1, 2, 3, 1, 1);
     s.infer = infer_conv;
     s.kernel = [](const KernelContext& c) {
       return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) -> std::vector<Tensor> {
@@ -713,7 +700,7 @@ void register_nn_conv_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("ConvInteger", 10, 2, 4, 1, 1);
+    OpSchema s = nn_schema("ConvInteger", 10, 2, 4, 1, 1);
     s.infer = [](const InferContext& c) { return infer_conv_as(c, 1, DType::Int32); };
     s.kernel = conv_integer_kernel;
     s.flops = [](const Node& n, const std::vector<TensorType>& ins, const std::vector<TensorType>& outs) {
@@ -722,7 +709,7 @@ void register_nn_conv_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("QLinearConv", 10, 8, 9, 1, 1);
+    OpSchema s = nn_schema("QLinearConv", 10, 8, 9, 1, 1);
     s.infer = [](const InferContext& c) { return infer_conv_as(c, 3, c.input(7).dtype); };
     s.kernel = qlinear_conv_kernel;
     s.flops = [](const Node& n, const std::vector<TensorType>& ins, const std::vector<TensorType>& outs) {
@@ -731,7 +718,7 @@ void register_nn_conv_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("ConvTranspose", 1, 2, 3, 1, 1);
+    OpSchema s = nn_schema("ConvTranspose", 1, 2, 3, 1, 1);
     s.infer = infer_convtranspose;
     s.kernel = [](const KernelContext& c) {
       return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) -> std::vector<Tensor> {
@@ -743,28 +730,28 @@ void register_nn_conv_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("MaxPool", 1, 1, 1, 1, 2);
+    OpSchema s = nn_schema("MaxPool", 1, 1, 1, 1, 2);
     s.infer = [](const InferContext& c) { return infer_pool(c, c.node.outputs.size() > 1); };
     s.kernel = [](const KernelContext& c) { return pool_kernel(c, PoolKind::Max); };
     s.flops = pool_flops;
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("AveragePool", 1, 1, 1, 1, 1);
+    OpSchema s = nn_schema("AveragePool", 1, 1, 1, 1, 1);
     s.infer = [](const InferContext& c) { return infer_pool(c, false); };
     s.kernel = [](const KernelContext& c) { return pool_kernel(c, PoolKind::Average); };
     s.flops = pool_flops;
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("LpPool", 1, 1, 1, 1, 1);
+    OpSchema s = nn_schema("LpPool", 1, 1, 1, 1, 1);
     s.infer = [](const InferContext& c) { return infer_pool(c, false); };
     s.kernel = [](const KernelContext& c) { return pool_kernel(c, PoolKind::Lp); };
     s.flops = pool_flops;
     r.add(std::move(s));
   }
   auto global = [&](const char* name, PoolKind kind) {
-    OpSchema s = make(name, 1, 1, 1, 1, 1);
+    OpSchema s = nn_schema(name, 1, 1, 1, 1, 1);
     s.infer = infer_global_pool;
     s.kernel = [kind](const KernelContext& c) {
       return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) -> std::vector<Tensor> {

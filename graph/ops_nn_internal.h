@@ -19,6 +19,23 @@
 
 namespace nnfuse::nn {
 
+// The schema skeleton every nn op starts from: opsets [since, 21], arity bounds, family "nn";
+// Many-to-Many unless told otherwise (Quantize/Dequantize are One-to-One).
+inline OpSchema nn_schema(const std::string& name, int since, int min_in, int max_in, int min_out = 1, int max_out = 1,
+                          MappingType mapping = MappingType::ManyToMany) {
+  OpSchema s;
+  s.name = name;
+  s.since = since;
+  s.until = 21;
+  s.min_inputs = min_in;
+  s.max_inputs = max_in;
+  s.min_outputs = min_out;
+  s.max_outputs = max_out;
+  s.mapping = mapping;
+  s.family = "nn";
+  return s;
+}
+
 // C[M,N] = A·B (or C += A·B when `accumulate`). A and B are addressed through element strides
 // (row stride, column stride), so transposed operands cost nothing to express; C is row-major with
 // leading dimension ldc. Cache-blocked and packed; may split the output over 2 threads (rows or

@@ -692,25 +692,12 @@ double einsum_flops(const Node& n, const std::vector<TensorType>& ins, const std
   }
 }
 
-OpSchema make(const std::string& name, int since, int min_in, int max_in, int min_out, int max_out, MappingType m) {
-  OpSchema s;
-  s.name = name;
-  s.since = since;
-  s.until = 21;
-  s.min_inputs = min_in;
-  s.max_inputs = max_in;
-  s.min_outputs = min_out;
-  s.max_outputs = max_out;
-  s.mapping = m;
-  s.family = "nn";
-  return s;
-}
 
 }  // namespace
 
 void register_nn_matmul_ops(OpRegistry& r) {
   {
-    OpSchema s = make("MatMul", 7, 2, 2, 1, 1, MappingType::ManyToMany);
+    OpSchema s = nn_schema("MatMul", 7, 2, 2, 1, 1, MappingType::ManyToMany);
     s.infer = [](const InferContext& c) {
       if (c.input(0).dtype != c.input(1).dtype)
         c.error(std::string("MatMul: operands have dtypes ") + dtype_name(c.input(0).dtype) + " and " + dtype_name(c.input(1).dtype));
@@ -721,28 +708,28 @@ void register_nn_matmul_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("Gemm", 7, 2, 3, 1, 1, MappingType::ManyToMany);
+    OpSchema s = nn_schema("Gemm", 7, 2, 3, 1, 1, MappingType::ManyToMany);
     s.infer = infer_gemm;
     s.kernel = gemm_kernel;
     s.flops = gemm_flops;
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("MatMulInteger", 10, 2, 4, 1, 1, MappingType::ManyToMany);
+    OpSchema s = nn_schema("MatMulInteger", 10, 2, 4, 1, 1, MappingType::ManyToMany);
     s.infer = [](const InferContext& c) { return infer_matmul_like(c, DType::Int32); };
     s.kernel = matmul_integer_kernel;
     s.flops = matmul_flops;
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("QLinearMatMul", 10, 8, 8, 1, 1, MappingType::ManyToMany);
+    OpSchema s = nn_schema("QLinearMatMul", 10, 8, 8, 1, 1, MappingType::ManyToMany);
     s.infer = [](const InferContext& c) { return infer_matmul_like(c, c.input(7).dtype, 3); };
     s.kernel = qlinear_matmul_kernel;
     s.flops = matmul_flops;
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("QuantizeLinear", 10, 2, 3, 1, 1, MappingType::OneToOne);
+    OpSchema s = nn_schema("QuantizeLinear", 10, 2, 3, 1, 1, MappingType::OneToOne);
     s.infer = [](const InferContext& c) {
       DType zp = c.has_input(2) ? c.input(2).dtype : DType::Undefined;
       TensorType t = c.input(0);
@@ -754,7 +741,7 @@ void register_nn_matmul_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("DequantizeLinear", 10, 2, 3, 1, 1, MappingType::OneToOne);
+    OpSchema s = nn_schema("DequantizeLinear", 10, 2, 3, 1, 1, MappingType::OneToOne);
     s.infer = [](const InferContext& c) {
       TensorType t = c.input(0);
       t.dtype = c.input(1).dtype == DType::Undefined ? DType::Float32 : c.input(1).dtype;
@@ -765,7 +752,7 @@ void register_nn_matmul_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("Einsum", 12, 1, -1, 1, 1, MappingType::ManyToMany);
+    OpSchema s = nn_schema("Einsum", 12, 1, -1, 1, 1, MappingType::ManyToMany);
     s.infer = infer_einsum;
     s.kernel = einsum_kernel;
     s.flops = einsum_flops;

@@ -340,19 +340,6 @@ InferResult infer_channel_norm(const InferContext& c) {
   return infer_same_float(c);
 }
 
-OpSchema make(const std::string& name, int since, int min_in, int max_in, int min_out, int max_out) {
-  OpSchema s;
-  s.name = name;
-  s.since = since;
-  s.until = 21;
-  s.min_inputs = min_in;
-  s.max_inputs = max_in;
-  s.min_outputs = min_out;
-  s.max_outputs = max_out;
-  s.mapping = MappingType::ManyToMany;
-  s.family = "nn";
-  return s;
-}
 
 FlopFn per_element(double k) {
   return [k](const Node&, const std::vector<TensorType>& ins, const std::vector<TensorType>&) { return k * numel_or0(ins[0]); };
@@ -362,7 +349,7 @@ FlopFn per_element(double k) {
 
 void register_nn_norm_ops(OpRegistry& r) {
   {
-    OpSchema s = make("BatchNormalization", 7, 5, 5, 1, 5);
+    OpSchema s = nn_schema("BatchNormalization", 7, 5, 5, 1, 5);
     s.mapping = MappingType::OneToOne;  // inference: a per-channel scale and shift
     s.infer = infer_batchnorm;
     s.kernel = batchnorm_kernel;
@@ -370,7 +357,7 @@ void register_nn_norm_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("LayerNormalization", 17, 2, 3, 1, 3);
+    OpSchema s = nn_schema("LayerNormalization", 17, 2, 3, 1, 3);
     s.infer = infer_layernorm;
     s.kernel = [](const KernelContext& c) {
       return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
@@ -382,7 +369,7 @@ void register_nn_norm_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("InstanceNormalization", 6, 3, 3, 1, 1);
+    OpSchema s = nn_schema("InstanceNormalization", 6, 3, 3, 1, 1);
     s.infer = infer_channel_norm;
     s.kernel = [](const KernelContext& c) {
       return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
@@ -394,7 +381,7 @@ void register_nn_norm_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("GroupNormalization", 18, 3, 3, 1, 1);
+    OpSchema s = nn_schema("GroupNormalization", 18, 3, 3, 1, 1);
     s.infer = infer_channel_norm;
     s.kernel = [](const KernelContext& c) {
       return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
@@ -406,7 +393,7 @@ void register_nn_norm_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("LRN", 1, 1, 1, 1, 1);
+    OpSchema s = nn_schema("LRN", 1, 1, 1, 1, 1);
     s.infer = infer_channel_norm;
     s.kernel = [](const KernelContext& c) {
       return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
@@ -420,7 +407,7 @@ void register_nn_norm_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("MeanVarianceNormalization", 9, 1, 1, 1, 1);
+    OpSchema s = nn_schema("MeanVarianceNormalization", 9, 1, 1, 1, 1);
     s.infer = infer_same_float;
     s.kernel = [](const KernelContext& c) {
       return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
@@ -432,7 +419,7 @@ void register_nn_norm_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   auto soft = [&](const char* name, SoftKind kind) {
-    OpSchema s = make(name, 1, 1, 1, 1, 1);
+    OpSchema s = nn_schema(name, 1, 1, 1, 1, 1);
     s.infer = infer_softmax;
     s.kernel = [kind](const KernelContext& c) {
       return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {

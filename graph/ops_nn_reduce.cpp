@@ -290,17 +290,9 @@ Tensor cumsum_typed(const KernelContext& c, const Tensor& X, const Tensor& axis_
   return Y;
 }
 
-OpSchema make(const std::string& name, int since, int min_in, int max_in) {
-  OpSchema s;
-  s.name = name;
-  s.since = since;
-  s.until = 21;
-  s.min_inputs = min_in;
-  s.max_inputs = max_in;
-  s.min_outputs = 1;
-  s.max_outputs = 1;
-  s.mapping = MappingType::ManyToMany;
-  s.family = "nn";
+// Reductions count one FLOP per input element.
+OpSchema reduce_schema(const std::string& name, int since, int min_in, int max_in) {
+  OpSchema s = nn_schema(name, since, min_in, max_in);
   s.flops = [](const Node&, const std::vector<TensorType>& ins, const std::vector<TensorType>&) { return numel_or0(ins[0]); };
   return s;
 }
@@ -309,14 +301,14 @@ OpSchema make(const std::string& name, int since, int min_in, int max_in) {
 
 void register_nn_reduce_ops(OpRegistry& r) {
   for (const ReduceInfo& info : kReductions) {
-    OpSchema s = make(info.name, 1, 1, 2);
+    OpSchema s = reduce_schema(info.name, 1, 1, 2);
     const ReduceInfo* ip = &info;
     s.infer = [ip](const InferContext& c) { return infer_reduce(c, ip->axes_input_since); };
     s.kernel = [ip](const KernelContext& c) { return reduce_kernel(c, *ip); };
     r.add(std::move(s));
   }
   for (bool is_max : {true, false}) {
-    OpSchema s = make(is_max ? "ArgMax" : "ArgMin", 1, 1, 1);
+    OpSchema s = reduce_schema(is_max ? "ArgMax" : "ArgMin", 1, 1, 1);
     s.infer = infer_arg;
     s.kernel = [is_max](const KernelContext& c) {
       return numeric_kernel(c, true, [&](auto tag, const std::vector<const Tensor*>& in) -> std::vector<Tensor> {
@@ -327,7 +319,7 @@ void register_nn_reduce_ops(OpRegistry& r) {
     r.add(std::move(s));
   }
   {
-    OpSchema s = make("CumSum", 11, 2, 2);
+    OpSchema s = reduce_schema("CumSum", 11, 2, 2);
     s.infer = [](const InferContext& c) { return infer_same_as(c, 0); };
     s.kernel = [](const KernelContext& c) {
       return numeric_kernel(c, false, [&](auto tag, const std::vector<const Tensor*>& in) -> std::vector<Tensor> {
