@@ -316,12 +316,56 @@ std::optional<SliceParams> slice_params(const Node& n, int64_t opset, int64_t ra
   return p;
 }
 
+// Bounds known only symbolically, as dynamic-axes exports slice a position table by the sequence
+// length: `position_ids[:, 0:Gather(Shape(input_ids), 1)]`. A slice from 0 with step 1 to a
+// symbolic end `s` is taken to have length `s`, i.e. the end is assumed to lie within the dim (ONNX
+// would clamp it; a longer sequence than the table would make the model fail at its next
+// broadcast anyway). This keeps the symbol through the graph (as ONNX Runtime's symbolic shape
+// inference does); once dims are bound, shapes are recomputed exactly with clamping.
+std::optional<std::vector<Dim>> infer_slice_symbolic(const InferContext& c, const TensorType& in) {
+  if (c.opset < 10) return std::nullopt;
+  auto starts = const_ints(c, 1);
+  auto ends = const_dims(c, 2);
+  if (!starts || !ends || starts->size() != ends->size()) return std::nullopt;
+  std::vector<int64_t> axes, steps(starts->size(), 1);
+  if (c.has_input(3)) {
+    auto a = const_ints(c, 3);
+    if (!a) return std::nullopt;
+    axes = *a;
+  } else {
+    for (size_t i = 0; i < starts->size(); ++i) axes.push_back(int64_t(i));
+  }
+  if (c.has_input(4)) {
+    auto st = const_ints(c, 4);
+    if (!st) return std::nullopt;
+    steps = *st;
+  }
+  if (axes.size() != starts->size() || steps.size() != starts->size()) return std::nullopt;
+  std::vector<Dim> out = in.dims;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    size_t a = size_t(normalize_axis(axes[i], in.rank(), c.node));
+    const Dim& d = in.dims[a];
+    const Dim& e = (*ends)[i];
+    if (steps[i] == 0) return std::nullopt;  // the kernel reports it
+    if (e.known() && d.known())
+      out[a] = Dim(slice_axis(d.value, (*starts)[i], e.value, steps[i]).len);
+    else if (e.known() && (*starts)[i] == 0 && steps[i] == 1 && e.value >= INT32_MAX)
+      ;  // the whole of the dim
+    else if (!e.known() && !e.symbol.empty() && (*starts)[i] == 0 && steps[i] == 1)
+      out[a] = e;
+    else
+      out[a] = Dim{};
+  }
+  return out;
+}
+
 InferResult infer_slice(const InferContext& c) {
   const TensorType& in = c.input(0);
   if (!in.has_shape) return unknown_rank(in.dtype);
   auto p = slice_params(c.node, c.opset, in.rank(), [&](size_t i) { return const_ints(c, i); });
   std::vector<Dim> out = in.dims;
   if (!p) {
+    if (auto sym = infer_slice_symbolic(c, in)) return infer_one(TensorType(in.dtype, *sym));
     // Unknown bounds: the sliced axes are unknown; all axes when the axes are unknown too.
     auto axes = c.opset >= 10 && c.has_input(3) ? const_ints(c, 3) : std::nullopt;
     if (axes && !axes->empty()) {

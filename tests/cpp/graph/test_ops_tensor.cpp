@@ -488,6 +488,32 @@ TEST_CASE("Symbolic batch survives Shape -> Gather -> Unsqueeze -> Concat -> Res
   CHECK(g.type(resized).str() == "float32[N,3,8]");
 }
 
+TEST_CASE("Slice to a symbolic end keeps the symbol (dynamic-axes position tables)", "[ops][tensor]") {
+  // position_ids[:, :S] with S = Shape(ids)[1], as PyTorch exports BERT/GPT-2 with dynamic axes.
+  GraphBuilder b("pos", 13);
+  auto ids = b.input("ids", DType::Int64, {Dim::sym("B"), Dim::sym("S")});
+  auto table = b.constant("table", I64({1, 16}, std::vector<int64_t>(16, 0)));
+  auto seq = b.op("Gather", {b.op("Shape", {ids}), b.constant("one", Tensor::scalar<int64_t>(1))});
+  auto end = b.op("Unsqueeze", {seq, b.ints("ax0", {0})});
+  auto pos = b.op("Slice", {table, b.ints("s0", {0}), end, b.ints("ax1", {1})});
+  // Not from 0, or a step other than 1: the length is not the symbol.
+  auto from1 = b.op("Slice", {table, b.ints("s1", {1}), end, b.ints("ax1b", {1})});
+  auto step2 = b.op("Slice", {table, b.ints("s0b", {0}), end, b.ints("ax1c", {1}), b.ints("st2", {2})});
+  // Known end against a known dim still clamps.
+  auto known = b.op("Slice", {table, b.ints("s0c", {0}), b.ints("e99", {99}), b.ints("ax1d", {1})});
+  for (auto& o : {pos, from1, step2, known}) b.output(o);
+  Model m = b.finish();
+  const Graph& g = m.graph;
+  CHECK(g.type(pos).str() == "int64[1,S]");
+  CHECK(g.type(from1).str() == "int64[1,?]");
+  CHECK(g.type(step2).str() == "int64[1,?]");
+  CHECK(g.type(known).str() == "int64[1,16]");
+  // Once S is bound the exact (clamped) length comes back.
+  Graph bound = g;
+  bind_input_shapes(bound, {{"ids", Shape{2, 5}}});
+  CHECK(bound.type(pos).str() == "int64[1,5]");
+}
+
 TEST_CASE("Inference of ranks and dims when data is unknown", "[ops][tensor]") {
   GraphBuilder b("ranks", 13);
   auto x = b.input("x", DType::Float32, {Dim::sym("N"), 3, 8, 8});
