@@ -141,7 +141,7 @@ struct Importer {
     }
     if (tp.has_segment()) fail(ErrorKind::Unsupported, "tensor " + name + " is segmented, which nnfuse does not support", in_file(label));
     DType dtype = DType(dt);
-    Tensor t(dtype, shape);
+    Tensor t = Tensor::uninitialized(dtype, shape);  // every path below fills it or throws
     const size_t n = size_t(t.numel());
     const size_t esize = dtype_size(dtype);
     auto count_error = [&](size_t got, const char* field) {

@@ -172,7 +172,8 @@ OpSchema binary_schema(const char* name, int since, F f, SymFn sym = nullptr, Pa
     const Tensor& a = c.input(0);
     const Tensor& b = same_dtype_input(c, 1);
     const Params p = params ? params(c.node, c.opset) : Params{};
-    Tensor out((Flags & kCompare) ? DType::Bool : a.dtype(), kernel_broadcast(c, {&a, &b}));
+    // apply2 writes every element (or an unsupported dtype throws): no zero-fill needed.
+    Tensor out = Tensor::uninitialized((Flags & kCompare) ? DType::Bool : a.dtype(), kernel_broadcast(c, {&a, &b}));
     dispatch_dtype(a.dtype(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (accepts<Mask, T>()) {

@@ -231,7 +231,7 @@ OpSchema unary_schema(const char* name, int since, F f, ParamFn params = nullptr
   s.kernel = [f, params](const KernelContext& c) -> std::vector<Tensor> {
     const Tensor& x = c.input(0);
     const Params p = params ? params(c.node, c.opset) : Params{};
-    Tensor out(Predicate ? DType::Bool : x.dtype(), x.shape());
+    Tensor out = Tensor::uninitialized(Predicate ? DType::Bool : x.dtype(), x.shape());  // all n written below
     const int64_t n = x.numel();
     dispatch_dtype(x.dtype(), [&](auto tag) {
       using T = decltype(tag);

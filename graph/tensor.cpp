@@ -25,7 +25,13 @@ std::vector<int64_t> shape_strides(const Shape& s) {
   return st;
 }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DType dtype, Shape shape) : Tensor(dtype, std::move(shape), NoFill{}) {
+  std::memset(data_, 0, nbytes());
+}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape), NoFill{}); }
+
+Tensor::Tensor(DType dtype, Shape shape, NoFill) : dtype_(dtype), shape_(std::move(shape)) {
   for (auto d : shape_)
     if (d < 0) fail(ErrorKind::Shape, "tensor shape " + shape_str(shape_) + " has a negative dimension");
   size_t es = dtype_size(dtype);
@@ -35,7 +41,7 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
   if (!p) fail(ErrorKind::Runtime, "out of memory allocating " + std::to_string(bytes) + " bytes");
-  std::memset(p, 0, alloc);
+  std::memset(static_cast<char*>(p) + bytes, 0, alloc - bytes);  // padding: never garbage
   owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
   data_ = p;
 }
@@ -63,7 +69,7 @@ Tensor Tensor::reshaped(Shape shape) const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(dtype_, shape_);
+  Tensor t = uninitialized(dtype_, shape_);
   if (nbytes()) std::memcpy(t.data_, data_, nbytes());
   return t;
 }
@@ -108,7 +114,7 @@ std::vector<float> Tensor::to_float_vector() const {
 
 Tensor Tensor::cast(DType to) const {
   if (to == dtype_) return clone();
-  Tensor out(to, shape_);
+  Tensor out = uninitialized(to, shape_);  // every element written below
   int64_t n = numel();
   dispatch_dtype(dtype_, [&](auto src_tag) {
     using S = decltype(src_tag);

@@ -22,6 +22,10 @@ class Tensor {
   Tensor() = default;
   // Zero-initialised tensor.
   Tensor(DType dtype, Shape shape);
+  // Tensor whose elements are left uninitialised, for callers that write every element next
+  // (copies, concatenations, elementwise results): it skips the zero-fill pass over big weights.
+  // (The alignment padding after the last element is still zeroed.)
+  static Tensor uninitialized(DType dtype, Shape shape);
 
   template <class T>
   static Tensor from_vector(Shape shape, const std::vector<T>& values);
@@ -65,6 +69,8 @@ class Tensor {
   std::shared_ptr<void> owner_;
   void* data_ = nullptr;
   void check(DType want) const;
+  struct NoFill {};
+  Tensor(DType dtype, Shape shape, NoFill);
 };
 
 template <class T>

@@ -1,7 +1,9 @@
 #include "rewrite/pass.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -156,6 +158,31 @@ Pipeline parse_pipeline(const std::string& text, const std::string& file) {
   return p;
 }
 
+PassArgs unite_step_args(const PassArgs& a, const PassArgs& b) {
+  PassArgs out;
+  for (auto& [key, value] : a.values) {
+    auto it = b.values.find(key);
+    if (it == b.values.end()) continue;
+    if (it->second == value) {
+      out.values[key] = value;
+    } else if (key == "only") {
+      std::vector<std::string> names;
+      for (const std::string* list : {&value, &it->second})
+        for (size_t start = 0;;) {
+          size_t comma = list->find(',', start);
+          std::string name = list->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+          if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+      std::string joined;
+      for (auto& n : names) joined += (joined.empty() ? "" : ",") + n;
+      out.values[key] = joined;
+    }
+  }
+  return out;
+}
+
 Pipeline load_pipeline_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail(ErrorKind::Io, "cannot read pipeline file '" + path + "'");
@@ -242,6 +269,12 @@ uint64_t structural_hash(const Graph& g) {
   return H.h;
 }
 
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e3 + double(ts.tv_nsec) * 1e-6;
+}
+
 // ---------------------------------------------------------------- manager
 void PassManager::run_step(const PipelineStep& step, PassContext& ctx, std::vector<PassRecord>& records) const {
   const PassRegistry& reg = PassRegistry::global();
@@ -263,6 +296,7 @@ void PassManager::run_step(const PipelineStep& step, PassContext& ctx, std::vect
   rec.nodes_before = ctx.graph().num_nodes();
   uint64_t h0 = info.analysis ? 0 : (ctx.last_hash ? *ctx.last_hash : structural_hash(ctx.graph()));
   auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = thread_cpu_ms();
   try {
     pass->run(ctx, step.args);
   } catch (const Error& e) {
@@ -270,6 +304,7 @@ void PassManager::run_step(const PipelineStep& step, PassContext& ctx, std::vect
     throw Error(e.kind(), "in pass '" + info.name + "': " + e.detail(), c);
   }
   rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  rec.cpu_ms = thread_cpu_ms() - cpu0;
   if (!info.analysis) {
     uint64_t h1 = structural_hash(ctx.graph());
     rec.changed = h1 != h0;
@@ -295,8 +330,31 @@ std::vector<PassRecord> PassManager::run(const Pipeline& p, PassContext& ctx) co
       for (auto& n : reg.names()) known += (known.empty() ? "" : ", ") + n;
       fail(ErrorKind::Parse, "unknown pass '" + s.pass + "' (passes: " + known + ")", {p.file, s.line, 0});
     }
+  // Arguments are checked before anything runs; the check's time is the step's (it may read the
+  // pass's data, e.g. a rule file), so it is added to the step's record.
+  std::vector<double> check_ms(p.steps.size(), 0.0), check_cpu_ms(p.steps.size(), 0.0);
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    const PipelineStep& s = p.steps[k];
+    if (s.args.values.empty()) continue;
+    std::unique_ptr<Pass> pass = reg.create(s.pass);
+    if (!pass->info().check_args) continue;
+    auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = thread_cpu_ms();
+    try {
+      pass->info().check_args(s.args);
+    } catch (const Error& e) {
+      std::string prefix = "pass '" + s.pass + "': ";
+      fail(ErrorKind::Parse, (e.detail().rfind(prefix, 0) == 0 ? "" : prefix) + e.detail(), {p.file, s.line, 0});
+    }
+    check_ms[k] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    check_cpu_ms[k] = thread_cpu_ms() - cpu0;
+  }
   std::vector<PassRecord> records;
-  for (auto& s : p.steps) run_step(s, ctx, records);
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    run_step(p.steps[k], ctx, records);
+    records.back().ms += check_ms[k];  // the step's own record comes last (requirements run first)
+    records.back().cpu_ms += check_cpu_ms[k];
+  }
   return records;
 }
 

@@ -55,6 +55,9 @@ struct PassInfo {
   std::vector<Property> requires_;     // must hold before the pass runs
   std::vector<Property> preserves;     // still hold after it changed the IR (others are invalidated)
   bool analysis = false;               // never changes the IR (e.g. fusion planning)
+  // Checks a step's arguments before the pipeline runs (unknown keys, unknown rule names), so a
+  // bad pipeline file fails naming its line before any pass has touched the graph. Optional.
+  std::function<void(const PassArgs&)> check_args;
 };
 
 class Pass {
@@ -103,12 +106,18 @@ struct Pipeline {
 // Pipeline files: `#` comments; `pipeline NAME`, `class CLASS`, `description TEXT`, and one
 // `pass NAME [key=value ...]` per line. Errors give file:line:col and what was expected.
 Pipeline parse_pipeline(const std::string& text, const std::string& file = "<pipeline>");
+// The arguments of one pass listed by two pipelines that a hybrid unites: it runs what either
+// runs. A key both give alike stays; two `only=` lists are united; any other key (including an
+// `only=` or a `part=false` given by one side alone) is dropped, back to the pass's default.
+PassArgs unite_step_args(const PassArgs& a, const PassArgs& b);
 Pipeline load_pipeline_file(const std::string& path);
 
 struct PassRecord {
   std::string name;
   std::string args;
-  double ms = 0;
+  double ms = 0;      // wall time
+  double cpu_ms = 0;  // this thread's CPU time (user + system, so page faults count): on a shared,
+                      // loaded machine it is what the pass itself cost, without waiting for a core
   bool changed = false;
   bool auto_inserted = false;  // run to satisfy a requirement, not listed in the pipeline
   size_t nodes_before = 0, nodes_after = 0;
@@ -117,6 +126,9 @@ struct PassRecord {
 // A structural hash of the graph: op types, attributes, wiring and initializer identities, in
 // topological order with canonical value numbering (independent of value names and node ids).
 uint64_t structural_hash(const Graph& g);
+
+// CPU time of the calling thread in ms (CLOCK_THREAD_CPUTIME_ID).
+double thread_cpu_ms();
 
 class PassManager {
  public:

@@ -29,7 +29,7 @@ Tensor concat(const std::vector<const Tensor*>& parts, int64_t axis) {
   int64_t total = 0;
   for (auto* p : parts) total += p->dim(axis);
   s[size_t(axis)] = total;
-  Tensor out(DType::Float32, s);
+  Tensor out = Tensor::uninitialized(DType::Float32, s);  // the parts below cover every element
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < axis; ++i) outer *= s[size_t(i)];
   for (size_t i = size_t(axis) + 1; i < s.size(); ++i) inner *= s[i];

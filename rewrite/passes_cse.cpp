@@ -1,7 +1,8 @@
 // cse: common-subexpression elimination.
 //
-// Initializers first: two with the same dtype, shape and bytes become one (compared by content;
-// the hash reads at most the first kHashBytes of each, equals() confirms). Then nodes, in
+// Initializers first: two with the same dtype, shape and bytes become one (compared by content:
+// the bucket key reads dtype, shape and a sample of kSampleElems strided elements plus the first
+// and last bytes, so it costs the same for a 10 MB weight as for a bias; equals() confirms). Then nodes, in
 // topological order, keyed by op, domain, inputs and attributes (by value): a node whose key was
 // seen is merged into the first one, its readers rewired. Random ops and nodes with subgraphs are
 // never merged. Graph outputs keep their names (a merge that would rename one is skipped).
@@ -12,7 +13,8 @@
 namespace nnfuse::passes {
 namespace {
 
-constexpr size_t kHashBytes = size_t(1) << 16;
+constexpr size_t kSampleElems = 64;
+constexpr size_t kEdgeBytes = 64;
 
 uint64_t fnv(uint64_t h, const void* p, size_t n) {
   auto* c = static_cast<const unsigned char*>(p);
@@ -32,7 +34,16 @@ uint64_t tensor_key(const Tensor& t) {
   int d = int(t.dtype());
   h = fnv(h, &d, sizeof d);
   for (int64_t x : t.shape()) h = fnv(h, &x, sizeof x);
-  return fnv(h, t.raw(), std::min(t.nbytes(), kHashBytes));
+  // Equal tensors always get equal keys (the key is a function of the bytes); unequal ones
+  // rarely share one, and a shared key only costs a memcmp that stops at the first difference.
+  const auto* bytes = static_cast<const unsigned char*>(t.raw());
+  const size_t nbytes = t.nbytes(), esize = dtype_size(t.dtype());
+  if (nbytes <= 2 * kEdgeBytes + kSampleElems * esize) return fnv(h, bytes, nbytes);
+  h = fnv(h, bytes, kEdgeBytes);
+  h = fnv(h, bytes + nbytes - kEdgeBytes, kEdgeBytes);
+  const size_t n = nbytes / esize, step = n / kSampleElems;
+  for (size_t i = 0; i < kSampleElems; ++i) h = fnv(h, bytes + i * step * esize, esize);
+  return h;
 }
 
 int merge_initializers(Graph& g, const std::set<std::string>& body_reads) {
@@ -135,22 +146,34 @@ int merge_nodes(Graph& g, const std::set<std::string>& body_reads) {
   return merged;
 }
 
-void run(PassContext& ctx, const PassArgs&) {
+// `initializers=false` / `nodes=false` skip one half: a class pipeline whose models never had equal
+// initializers need not pay it (both halves report their merges separately for that choice).
+void check_args(const PassArgs& args) {
+  for (auto& [key, value] : args.values)
+    if (key != "initializers" && key != "nodes") fail(ErrorKind::Invalid, "pass 'cse': unknown argument '" + key + "' (arguments: initializers=BOOL, nodes=BOOL)");
+  args.get_bool("initializers", true), args.get_bool("nodes", true);
+}
+
+void run(PassContext& ctx, const PassArgs& args) {
+  check_args(args);
   Graph& g = ctx.graph();
   std::set<std::string> body_reads = names_read_by_subgraphs(g);
-  int merged = merge_initializers(g, body_reads);
-  merged += merge_nodes(g, body_reads);
-  if (merged) {
+  int inits = args.get_bool("initializers", true) ? merge_initializers(g, body_reads) : 0;
+  int nodes = args.get_bool("nodes", true) ? merge_nodes(g, body_reads) : 0;
+  if (inits + nodes) {
     g.prune_values();
-    ctx.rules_fired["cse"] += merged;
+    ctx.rules_fired["cse"] += inits + nodes;
+    if (inits) ctx.rules_fired["cse-initializers"] += inits;
+    if (nodes) ctx.rules_fired["cse-nodes"] += nodes;
   }
 }
 
 }  // namespace
 
 void register_cse_pass() {
-  register_pass({"cse", "merge nodes with equal op, attributes and inputs, and initializers with equal contents", {}, {"shapes"}, false},
-                run);
+  PassInfo info{"cse", "merge nodes with equal op, attributes and inputs, and initializers with equal contents", {}, {"shapes"}, false};
+  info.check_args = check_args;
+  register_pass(info, run);
 }
 
 }  // namespace nnfuse::passes

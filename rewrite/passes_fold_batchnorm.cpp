@@ -66,15 +66,17 @@ std::optional<Folded> fold_conv(Graph& g, const Node& conv, const BnParams& p, b
     bias = float_const(g, conv, 2);
     if (!bias || bias->numel() != M) return std::nullopt;
   }
-  Tensor W2 = W->clone();
+  // One pass: each scaled element is written straight into the new (unfilled) weight.
+  Tensor W2 = Tensor::uninitialized(DType::Float32, W->shape());
+  const float* src = W->data<float>();
   float* w = W2.data<float>();
   int64_t d0 = W->dim(0), d1 = W->dim(1), inner = W->numel() / (d0 * d1);
   for (int64_t i = 0; i < d0; ++i)
     for (int64_t j = 0; j < d1; ++j) {
       int64_t m = transpose ? (i / (d0 / group)) * d1 + j : i;
       float a = p.a[size_t(m)];
-      float* row = w + (i * d1 + j) * inner;
-      for (int64_t k = 0; k < inner; ++k) row[k] *= a;
+      int64_t row = (i * d1 + j) * inner;
+      for (int64_t k = 0; k < inner; ++k) w[row + k] = src[row + k] * a;
     }
   std::vector<float> b(static_cast<size_t>(M));
   auto bv = bias ? bias->to_float_vector() : std::vector<float>(size_t(M), 0.f);
@@ -88,11 +90,12 @@ std::optional<Folded> fold_conv(Graph& g, const Node& conv, const BnParams& p, b
 
 // Scales the columns (output features) of a [K, M] matrix, or the rows of an [M, K] one.
 Tensor scale_features(const Tensor& W, const std::vector<float>& a, bool features_first) {
-  Tensor W2 = W.clone();
+  Tensor W2 = Tensor::uninitialized(DType::Float32, W.shape());  // every element written below
+  const float* src = W.data<float>();
   float* w = W2.data<float>();
   int64_t R = W.dim(0), Ccols = W.dim(1);
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < Ccols; ++c) w[r * Ccols + c] *= a[size_t(features_first ? r : c)];
+    for (int64_t c = 0; c < Ccols; ++c) w[r * Ccols + c] = src[r * Ccols + c] * a[size_t(features_first ? r : c)];
   return W2;
 }
 

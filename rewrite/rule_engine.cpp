@@ -6,10 +6,13 @@
 #include <cmath>
 #include <deque>
 #include <functional>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
 #include "graph/op_registry.h"
+#include "rewrite/passes_util.h"
 #include "rewrite/rule_engine_internal.h"
 
 namespace nnfuse {
@@ -690,8 +693,14 @@ class Builder {
         }
       }
     }
+    // A weight no node reads any more is dropped, unless an If/Loop/Scan body still reads it by
+    // name (node test test_affine_grid_*_expanded: a folded Slice's bound is read in an If branch).
+    std::optional<std::set<std::string>> body_reads;
     for (auto& i : matched_inputs)
-      if (g_.is_initializer(i) && g_.consumers(i).empty() && !g_.is_output(i) && !g_.is_input(i)) g_.remove_initializer(i);
+      if (g_.is_initializer(i) && g_.consumers(i).empty() && !g_.is_output(i) && !g_.is_input(i)) {
+        if (!body_reads) body_reads = passes::names_read_by_subgraphs(g_);
+        if (!body_reads->count(i)) g_.remove_initializer(i);
+      }
     for (auto& [k, v] : m_.vars)
       if (g_.has_value(v)) out.touched_values.push_back(v);
     if (g_.has_value(out.root_value)) out.touched_values.push_back(out.root_value);

@@ -1,9 +1,12 @@
 #include "rewrite/rule_passes.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "rewrite/pass.h"
 
@@ -36,17 +39,92 @@ const std::vector<std::string>& shipped_rule_groups() {
   return groups;
 }
 
+namespace {
+std::string group_file(const std::string& group) {
+  std::string file = group;
+  for (auto& c : file)
+    if (c == '-') c = '_';
+  return (fs::path(shipped_rules_dir()) / (file + ".rules")).string();
+}
+
+}  // namespace
+
 const RuleSet& shipped_rules(const std::string& group) {
   static std::mutex mu;
   static std::map<std::string, RuleSet> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(group);
   if (it != cache.end()) return it->second;
-  std::string file = group;
-  for (auto& c : file)
-    if (c == '-') c = '_';
-  RuleSet rs = load_rule_file((fs::path(shipped_rules_dir()) / (file + ".rules")).string());
+  RuleSet rs = load_rule_file(group_file(group));
   return cache.emplace(group, std::move(rs)).first->second;
+}
+
+namespace {
+
+// One rule of a shipped file as text: the lines from its `rule NAME:` line (at column 0, as every
+// shipped rule starts) to the next such line, so a class pipeline's `only=` parses just its rules.
+struct RuleChunk {
+  std::string name;
+  int line = 0;  // of the `rule` line in the file
+  std::string text;
+};
+
+struct GroupChunks {
+  std::string path;
+  std::vector<RuleChunk> chunks;
+  std::map<std::string, Rule> parsed;  // rule name -> the rule, parsed on first use
+};
+
+std::mutex chunks_mu;
+
+GroupChunks& group_chunks(const std::string& group) {  // chunks_mu held
+  static std::map<std::string, GroupChunks> cache;
+  auto it = cache.find(group);
+  if (it != cache.end()) return it->second;
+  GroupChunks gc;
+  gc.path = group_file(group);
+  std::ifstream in(gc.path);
+  if (!in) fail(ErrorKind::Io, "cannot read rule file '" + gc.path + "'");
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    if (line.rfind("rule ", 0) == 0) {
+      RuleChunk c;
+      c.line = lineno;
+      size_t end = line.find_first_of(": \t", 5);
+      c.name = line.substr(5, end == std::string::npos ? std::string::npos : end - 5);
+      gc.chunks.push_back(std::move(c));
+    }
+    if (!gc.chunks.empty()) gc.chunks.back().text += line + "\n";
+  }
+  return cache.emplace(group, std::move(gc)).first->second;
+}
+
+}  // namespace
+
+std::vector<std::string> shipped_rule_names(const std::string& group) {
+  std::lock_guard<std::mutex> lock(chunks_mu);
+  std::vector<std::string> names;
+  for (auto& c : group_chunks(group).chunks) names.push_back(c.name);
+  return names;
+}
+
+RuleSet shipped_rules_named(const std::string& group, const std::set<std::string>& names) {
+  std::lock_guard<std::mutex> lock(chunks_mu);
+  GroupChunks& gc = group_chunks(group);
+  RuleSet rs;
+  for (auto& c : gc.chunks) {
+    if (!names.count(c.name)) continue;
+    auto it = gc.parsed.find(c.name);
+    if (it == gc.parsed.end()) {
+      // Blank lines before the chunk keep parse errors and Rule::line at the file's line numbers.
+      RuleSet one = parse_rules(std::string(size_t(c.line - 1), '\n') + c.text, gc.path);
+      if (one.rules.size() != 1 || one.rules[0].name != c.name)
+        fail(ErrorKind::Parse, "rule '" + c.name + "': expected exactly one rule from its `rule` line to the next", {gc.path, c.line, 1});
+      it = gc.parsed.emplace(c.name, std::move(one.rules[0])).first;
+    }
+    rs.rules.push_back(it->second);
+  }
+  return rs;
 }
 
 RuleSet all_shipped_rules() {
@@ -54,6 +132,58 @@ RuleSet all_shipped_rules() {
   for (auto& g : shipped_rule_groups())
     for (auto& r : shipped_rules(g).rules) all.rules.push_back(r);
   return all;
+}
+
+namespace {
+
+std::vector<std::string> split_names(const std::string& list) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = list.find(',', start);
+    names.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return names;
+    start = comma + 1;
+  }
+}
+
+}  // namespace
+
+std::optional<std::set<std::string>> selected_rule_names(const std::vector<std::string>& names, const PassArgs& args,
+                                                        const std::string& pass_name) {
+  auto bad = [&](const std::string& msg) { fail(ErrorKind::Invalid, "pass '" + pass_name + "': " + msg); };
+  for (auto& [key, value] : args.values)
+    if (key != "only" && key != "skip" && key != "strict") bad("unknown argument '" + key + "' (arguments: only=RULE,..., skip=RULE,..., strict=BOOL)");
+  const bool only = args.values.count("only") != 0, skip = args.values.count("skip") != 0;
+  if (only && skip) bad("give only= or skip=, not both");
+  if (!only && !skip) return std::nullopt;
+  const std::string key = only ? "only" : "skip";
+  std::set<std::string> named;
+  for (const std::string& name : split_names(args.get(key))) {
+    if (name.empty()) bad(key + "=" + args.get(key) + ": empty rule name");
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      std::string all;
+      for (auto& n : names) all += (all.empty() ? "" : ", ") + n;
+      bad(key + "=: unknown rule '" + name + "' (rules of this pass: " + (all.empty() ? "none" : all) + ")");
+    }
+    named.insert(name);
+  }
+  if (only) return named;
+  std::set<std::string> kept;
+  for (auto& n : names)
+    if (!named.count(n)) kept.insert(n);
+  return kept;
+}
+
+RuleSet select_rules(const RuleSet& rules, const PassArgs& args, const std::string& pass_name) {
+  std::vector<std::string> names;
+  for (auto& r : rules.rules) names.push_back(r.name);
+  auto keep = selected_rule_names(names, args, pass_name);
+  if (!keep) return rules;
+  RuleSet kept;
+  for (auto& r : rules.rules)
+    if (keep->count(r.name)) kept.rules.push_back(r);
+  return kept;
 }
 
 namespace {
@@ -75,7 +205,14 @@ void register_rule_passes() {
     for (const std::string& group : shipped_rule_groups()) {
       PassInfo info{"rules-" + group, "apply the shipped " + group + " rules (rules/" + group + ".rules) to a fixed point",
                     {"shapes"}, {"shapes"}, false};
+      // User rules only replace shipped rules of the same name, so the names are known up front.
+      info.check_args = [group](const PassArgs& args) { selected_rule_names(shipped_rule_names(group), args, "rules-" + group); };
       register_pass(info, [group](PassContext& ctx, const PassArgs& args) {
+        if (ctx.user_rule_files.empty()) {
+          // `only=`/`skip=`: parse and match just the selected rules (no copy of the group without).
+          auto keep = selected_rule_names(shipped_rule_names(group), args, "rules-" + group);
+          return run_rules(ctx, args, keep ? shipped_rules_named(group, *keep) : shipped_rules(group));
+        }
         // User rules named like a shipped rule of this group replace it here as well.
         RuleSet rules = shipped_rules(group);
         for (auto& f : ctx.user_rule_files) {
@@ -88,10 +225,15 @@ void register_rule_passes() {
                 r = u;
               }
         }
-        run_rules(ctx, args, rules);
+        run_rules(ctx, args, select_rules(rules, args, "rules-" + group));
       });
     }
     PassInfo user{"rules-user", "apply the user's rule files (--rules FILE) to a fixed point", {"shapes"}, {"shapes"}, false};
+    // Names in only=/skip= are checked when the pass runs, against the user's rules.
+    user.check_args = [](PassArgs args) {
+      args.values.erase("only"), args.values.erase("skip");
+      selected_rule_names({}, args, "rules-user");
+    };
     register_pass(user, [](PassContext& ctx, const PassArgs& args) {
       // Overrides of shipped rules were applied (and warned about) by the shipped groups' passes;
       // here every user rule runs, a later file's rule replacing an earlier one of the same name.
@@ -105,7 +247,7 @@ void register_rule_passes() {
           if (!dup) mine.rules.push_back(r);
         }
       }
-      run_rules(ctx, args, mine);
+      run_rules(ctx, args, select_rules(mine, args, "rules-user"));
     });
   });
 }

@@ -71,7 +71,8 @@ Pipeline resolve_pipeline(const std::string& name, const std::string& file, cons
   Pipeline p = load_named_pipeline(c.primary);
   if (c.secondary.empty() || c.secondary == c.primary) return p;
   // A hybrid runs the union: the primary class's passes, then the secondary's that are missing,
-  // before fusion planning (which must see the fully rewritten graph).
+  // before fusion planning (which must see the fully rewritten graph). A pass in both runs what
+  // either runs (e.g. the union of their rules-recognition only= lists).
   Pipeline s = load_named_pipeline(c.secondary);
   std::vector<PipelineStep> merged;
   std::vector<PipelineStep> tail;
@@ -79,7 +80,8 @@ Pipeline resolve_pipeline(const std::string& name, const std::string& file, cons
   for (auto& st : s.steps) {
     if (st.pass == "fusion-plan") continue;
     bool present = false;
-    for (auto& m : merged) present |= m.pass == st.pass;
+    for (auto& m : merged)
+      if (m.pass == st.pass) present = true, m.args = unite_step_args(m.args, st.args);
     if (!present) merged.push_back(st);
   }
   merged.insert(merged.end(), tail.begin(), tail.end());
@@ -92,6 +94,7 @@ OptimizeResult optimize(Model& m, const OptimizeOptions& opt) {
   using nlohmann::json;
   register_all_passes();
   auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = thread_cpu_ms();
   OptimizeResult r;
   Graph& g = m.graph;
   size_t ops_before = count_operators(g);
@@ -138,7 +141,7 @@ OptimizeResult optimize(Model& m, const OptimizeOptions& opt) {
   json names = json::array(), passes = json::array();
   for (auto& p : r.passes) {
     names.push_back(p.name);
-    passes.push_back({{"name", p.name}, {"ms", p.ms}, {"changed", p.changed}, {"args", p.args}, {"auto_inserted", p.auto_inserted},
+    passes.push_back({{"name", p.name}, {"ms", p.ms}, {"cpu_ms", p.cpu_ms}, {"changed", p.changed}, {"args", p.args}, {"auto_inserted", p.auto_inserted},
                       {"nodes_before", p.nodes_before}, {"nodes_after", p.nodes_after}});
   }
   rep["pipeline"] = names;
@@ -155,6 +158,7 @@ OptimizeResult optimize(Model& m, const OptimizeOptions& opt) {
   }
   rep["warnings"] = ctx.warnings;
   rep["optimize_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  rep["optimize_cpu_ms"] = thread_cpu_ms() - cpu0;  // CPU time of the same span (see PassRecord::cpu_ms)
   r.report = rep;
   return r;
 }
