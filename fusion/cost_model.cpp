@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 #include <vector>
 #include <unistd.h>
 
@@ -88,6 +89,46 @@ PairEstimate estimate_pair(const Graph& g, NodeId first, NodeId second, const Ta
     e.access = FusedAccess::Broadcast;
     e.penalty_us = double(e.elements) * 4.0 / flops_per_us;
   }
+  return e;
+}
+
+namespace {
+// Bandwidth for a tensor of `bytes`: from L2 when it fits, else from memory (GB/s = bytes/ns).
+double bandwidth_gbps(int64_t bytes, const TargetDesc& t) { return t.mem_gbps * (bytes <= t.l2_bytes ? 4.0 : 1.0); }
+double launch_us(const TargetDesc& t) { return t.family == "cuda" || t.family == "opencl" ? 5.0 : 1.0; }
+}  // namespace
+
+RecomputeEstimate estimate_recompute(const Graph& g, const std::vector<NodeId>& chain, int consumers, const TargetDesc& t,
+                                     bool own_kernel) {
+  RecomputeEstimate e;
+  e.consumers = consumers;
+  std::unordered_set<NodeId> inside(chain.begin(), chain.end());
+  std::unordered_set<std::string> produced, read;
+  double flops = 0;
+  int64_t elements = 0;
+  for (NodeId id : chain) {
+    flops += node_flops(g, id);
+    for (auto& o : g.node(id).outputs)
+      if (!o.empty()) produced.insert(o);
+  }
+  for (NodeId id : chain) {
+    for (auto& i : g.node(id).inputs)
+      if (!i.empty() && !produced.count(i) && read.insert(i).second) e.input_bytes += bytes_of(g.type(i));
+    for (auto& o : g.node(id).outputs) {
+      if (o.empty()) continue;
+      bool outside = g.is_output(o);
+      for (auto& u : g.consumers(o)) outside |= !inside.count(u.node);
+      if (!outside) continue;
+      e.output_bytes += bytes_of(g.type(o));
+      elements = std::max<int64_t>(elements, g.type(o).numel().value_or(0));
+    }
+  }
+  e.flops_per_element = elements > 0 ? flops / double(elements) : flops;
+  double in_us = double(e.input_bytes) / (bandwidth_gbps(e.input_bytes, t) * 1e3);
+  double out_us = double(e.output_bytes) / (bandwidth_gbps(e.output_bytes, t) * 1e3);
+  double compute_us = flops / (t.peak_gflops * 1e3);
+  e.materialise_us = (own_kernel ? launch_us(t) + in_us + compute_us : 0.0) + out_us + double(consumers) * out_us;
+  e.recompute_us = double(consumers) * (in_us + compute_us);
   return e;
 }
 

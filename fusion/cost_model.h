@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fusion/target.h"
 #include "graph/graph.h"
@@ -32,6 +33,24 @@ struct PairEstimate {
 
 // Estimates fusing producer `first` into consumer `second` (an edge of g) on target t.
 PairEstimate estimate_pair(const Graph& g, NodeId first, NodeId second, const TargetDesc& t);
+
+// Recomputing a cheap chain (fusion/recompute.h) in each of its `consumers` blocks instead of
+// running it as its own kernel whose output every consumer reads back.
+struct RecomputeEstimate {
+  double flops_per_element = 0;  // the chain's FLOPs per element of its largest output
+  int64_t input_bytes = 0;       // what the chain reads (each copy reads it again)
+  int64_t output_bytes = 0;      // what the chain's kernel writes (and each consumer reads back)
+  int consumers = 0;
+  double materialise_us = 0;     // one kernel: a launch, read inputs, write outputs, n reads back
+  double recompute_us = 0;       // n copies: each reads the inputs and recomputes the chain
+  bool recompute() const { return recompute_us <= materialise_us; }
+};
+
+// `chain` are the chain's nodes; its outputs are the values it produces that nodes outside it read.
+// own_kernel: the chain runs as its own kernel unless recomputed (else it sits in a block that
+// keeps computing it, and recompute only saves writing its output and the reads back).
+RecomputeEstimate estimate_recompute(const Graph& g, const std::vector<NodeId>& chain, int consumers, const TargetDesc& t,
+                                     bool own_kernel = true);
 
 enum class Verdict { Fuse, Split, Unsure };
 // Fuse when the ratio is >= 2, split when <= 0.5, unsure in between.

@@ -1,6 +1,9 @@
 #include "fusion/plan_report.h"
 
+#include <set>
 #include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace nnfuse {
 
@@ -43,6 +46,8 @@ nlohmann::json plan_to_json(const Graph& g, const FusionPlan& plan) {
             {"settled_from_cache", s.settled_from_cache},
             {"rejected_for_cycle", s.rejected_for_cycle},
             {"rejected_for_budget", s.rejected_for_budget},
+            {"recomputed_chains", s.recomputed_chains},
+            {"recomputed_copies", s.recomputed_copies},
             {"ms", s.ms}}}};
 }
 
@@ -58,16 +63,35 @@ static std::string dot_escape(const std::string& s) {
 std::string plan_to_dot(const Graph& g, const FusionPlan& plan) {
   std::ostringstream o;
   o << "digraph \"" << dot_escape(g.name) << "\" {\n  rankdir=TB;\n  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=Helvetica];\n";
+  // A recomputed node is drawn once per block holding it (dashed), with its own DOT id there.
+  std::unordered_map<NodeId, std::vector<int>> holders;
+  for (auto& b : plan.blocks)
+    for (NodeId m : b.members) holders[m].push_back(b.id);
+  auto dot_id = [&](NodeId m, int block) {
+    return holders[m].size() > 1 ? "n" + std::to_string(m) + "_b" + std::to_string(block) : "n" + std::to_string(m);
+  };
   for (auto& b : plan.blocks) {
     o << "  subgraph cluster_" << b.id << " {\n    style=filled; color=\"" << mapping_type_colour(b.type) << "\";\n"
       << "    label=\"block " << b.id << " (" << mapping_type_name(b.type) << ")\";\n";
     for (NodeId m : b.members)
-      o << "    n" << m << " [label=\"" << dot_escape(g.node(m).op_type) << "\\n" << dot_escape(g.node(m).label()) << "\"];\n";
+      o << "    " << dot_id(m, b.id) << " [label=\"" << dot_escape(g.node(m).op_type) << "\\n" << dot_escape(g.node(m).label()) << "\""
+        << (holders[m].size() > 1 ? ", style=\"rounded,filled,dashed\"" : "") << "];\n";
     o << "  }\n";
   }
-  for (auto& b : plan.blocks)
+  // Edges into each member: from the copy in the same block when the producer is recomputed
+  // there, else from the one block that writes the value out.
+  std::set<std::string> drawn;  // an op reading one value twice gets one edge
+  for (auto& b : plan.blocks) {
+    std::unordered_set<NodeId> inside(b.members.begin(), b.members.end());
     for (NodeId m : b.members)
-      for (NodeId s : g.successors(m)) o << "  n" << m << " -> n" << s << ";\n";
+      for (auto& in : g.node(m).inputs) {
+        auto p = in.empty() ? std::nullopt : g.producer(in);
+        if (!p || !holders.count(*p)) continue;
+        int from = inside.count(*p) ? b.id : holders[*p].front();
+        std::string edge = "  " + dot_id(*p, from) + " -> " + dot_id(m, b.id) + ";\n";
+        if (drawn.insert(edge).second) o << edge;
+      }
+  }
   // Legend: one swatch per mapping type.
   o << "  subgraph cluster_legend {\n    label=\"mapping type\"; style=dashed;\n";
   for (auto mt : {MappingType::OneToOne, MappingType::OneToMany, MappingType::ManyToMany, MappingType::Reorganize, MappingType::Shuffle})

@@ -6,7 +6,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "fusion/recompute.h"
 #include "graph/op_registry.h"
+#include "rewrite/passes_util.h"
 
 namespace nnfuse {
 
@@ -15,6 +17,13 @@ int FusionPlan::block_of(NodeId id) const {
     for (NodeId m : blocks[b].members)
       if (m == id) return int(b);
   return -1;
+}
+
+std::vector<int> FusionPlan::blocks_of(NodeId id) const {
+  std::vector<int> r;
+  for (size_t b = 0; b < blocks.size(); ++b)
+    if (std::find(blocks[b].members.begin(), blocks[b].members.end(), id) != blocks[b].members.end()) r.push_back(int(b));
+  return r;
 }
 
 namespace {
@@ -61,43 +70,43 @@ class Planner {
     for (size_t i = 0; i < topo.size(); ++i) node_pos_[topo[i]] = int(i);
 
     // Seeds: Many-to-Many anchors by cost, then everything else in topological order.
-    std::vector<NodeId> seeds;
+    std::vector<NodeId> anchor_seeds, other_seeds;
     std::vector<std::pair<double, NodeId>> anchors;
     for (NodeId id : topo) {
       if (vertex_of_[id] < 0) continue;
       if (mtype_[id] == MappingType::ManyToMany) anchors.push_back({-node_flops(g_, id), id});
     }
     std::stable_sort(anchors.begin(), anchors.end(), [](auto& a, auto& b) { return a.first < b.first; });
-    for (auto& [f, id] : anchors) seeds.push_back(id);
+    for (auto& [f, id] : anchors) anchor_seeds.push_back(id);
     for (NodeId id : topo)
-      if (vertex_of_[id] >= 0 && mtype_[id] != MappingType::ManyToMany) seeds.push_back(id);
+      if (vertex_of_[id] >= 0 && mtype_[id] != MappingType::ManyToMany) other_seeds.push_back(id);
 
-    for (NodeId s : seeds) {
-      int v = vertex_of_[s];
-      if (vs_[size_t(v)].claimed) continue;
-      vs_[size_t(v)].claimed = true;
-      if (!t_.can_fuse_op(g_.node(s).op_type)) continue;
-      grow(v);
-    }
+    // Every anchor takes its epilogue before any anchor takes a prologue: a Relu between two
+    // convolutions becomes the first one's epilogue (computed once, where the generator fuses
+    // it best) even when the second, bigger one seeds first.
+    for (NodeId s : anchor_seeds) seed(s, /*with_producers=*/false);
+    for (NodeId s : anchor_seeds)
+      if (t_.can_fuse_op(g_.node(s).op_type)) grow(vertex_of_[s], true);  // an anchor's vertex survives its merges
+    for (NodeId s : other_seeds) seed(s, true);
     if (opt_.profile && cache_) cache_->save();
 
-    int bid = 0;
     for (int v : order_) {
       if (v < 0) continue;
       Vertex& vx = vs_[size_t(v)];
       FusionBlock b;
-      b.id = bid++;
       b.members = vx.members;
       std::sort(b.members.begin(), b.members.end(), [&](NodeId a, NodeId c) { return node_pos_[a] < node_pos_[c]; });
       b.type = vx.type;
       b.reasons = vx.reasons;
       for (NodeId m : b.members)
         if (mtype_[m] == MappingType::ManyToMany) b.anchor = m;
-      fill_interface(b);
       plan.blocks.push_back(std::move(b));
     }
-    stats_.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    plan.stats = stats_;
+    plan.stats = stats_;  // recompute adds its own counts
+    recompute_shared_chains(g_, t_, plan, node_pos_, max_inputs_, max_members_);
+    for (size_t b = 0; b < plan.blocks.size(); ++b) plan.blocks[b].id = int(b);
+    fill_block_interfaces(g_, plan);
+    plan.stats.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return plan;
   }
 
@@ -238,7 +247,14 @@ class Planner {
     return true;
   }
 
-  void grow(int v) {
+  void seed(NodeId s, bool with_producers) {
+    int v = vertex_of_[s];
+    if (vs_[size_t(v)].claimed) return;
+    vs_[size_t(v)].claimed = true;
+    if (t_.can_fuse_op(g_.node(s).op_type)) grow(v, with_producers);
+  }
+
+  void grow(int v, bool with_producers) {
     for (bool progress = true; progress;) {
       progress = false;
       // Consumers: the block is the first operator of the pair.
@@ -264,6 +280,7 @@ class Planner {
         }
       }
       // Producers: the block is the second operator of the pair.
+      if (!with_producers) continue;  // loops while the consumer pass made progress
       members = vs_[size_t(v)].members;
       for (NodeId m : members) {
         for (auto& in : g_.node(m).inputs) {
@@ -289,44 +306,93 @@ class Planner {
       }
     }
   }
-
-  void fill_interface(FusionBlock& b) const {
-    std::unordered_set<NodeId> inside(b.members.begin(), b.members.end());
-    std::set<std::string> produced;
-    for (NodeId m : b.members)
-      for (auto& o : g_.node(m).outputs)
-        if (!o.empty()) produced.insert(o);
-    std::set<std::string> seen;
-    for (NodeId m : b.members)
-      for (auto& i : g_.node(m).inputs)
-        if (!i.empty() && !produced.count(i) && seen.insert(i).second) b.inputs.push_back(i);
-    for (NodeId m : b.members)
-      for (auto& o : g_.node(m).outputs) {
-        if (o.empty()) continue;
-        bool outside = g_.is_output(o);
-        for (auto& u : g_.consumers(o)) outside |= !inside.count(u.node);
-        if (outside) b.outputs.push_back(o);
-      }
-  }
 };
 
 }  // namespace
 
 FusionPlan plan_fusion(const Graph& g, const TargetDesc& t, const PlanOptions& opt) { return Planner(g, t, opt).run(); }
 
-void check_plan(const Graph& g, const FusionPlan& plan) {
-  std::unordered_map<NodeId, int> owner;
+void fill_block_interfaces(const Graph& g, FusionPlan& plan) {
+  std::unordered_map<NodeId, std::vector<int>> holders;  // node -> blocks computing it
   for (size_t b = 0; b < plan.blocks.size(); ++b)
+    for (NodeId m : plan.blocks[b].members) holders[m].push_back(int(b));
+  auto holds = [&](NodeId id, int b) {
+    auto it = holders.find(id);
+    return it != holders.end() && std::find(it->second.begin(), it->second.end(), b) != it->second.end();
+  };
+  // If/Loop/Scan bodies read values of this graph by name (outer references), not through node
+  // inputs: a block holding such a node reads them too, and a block computing one must write it
+  // out (the expanded AffineGrid node tests split a graph input inside both If branches).
+  std::unordered_map<NodeId, std::set<std::string>> body_reads;
+  std::unordered_map<std::string, std::vector<NodeId>> body_readers;
+  for (NodeId id : g.node_ids())
+    if (passes::has_subgraph(g.node(id)))
+      for (auto& v : body_reads[id] = passes::subgraph_reads(g.node(id))) body_readers[v].push_back(id);
+  auto reads = [&](NodeId id) {
+    std::vector<std::string> r = g.node(id).inputs;
+    if (auto it = body_reads.find(id); it != body_reads.end()) r.insert(r.end(), it->second.begin(), it->second.end());
+    return r;
+  };
+  for (size_t bi = 0; bi < plan.blocks.size(); ++bi) {
+    FusionBlock& b = plan.blocks[bi];
+    b.inputs.clear();
+    b.outputs.clear();
+    std::set<std::string> produced;
+    for (NodeId m : b.members)
+      for (auto& o : g.node(m).outputs)
+        if (!o.empty()) produced.insert(o);
+    std::set<std::string> seen;
+    for (NodeId m : b.members)
+      for (auto& i : reads(m))
+        if (!i.empty() && !produced.count(i) && seen.insert(i).second) b.inputs.push_back(i);
+    for (NodeId m : b.members)
+      for (auto& o : g.node(m).outputs) {
+        if (o.empty()) continue;
+        // Written out when some block reading it does not compute it itself.
+        bool outside = g.is_output(o);
+        std::vector<NodeId> readers;
+        for (auto& u : g.consumers(o)) readers.push_back(u.node);
+        if (auto br = body_readers.find(o); br != body_readers.end()) readers.insert(readers.end(), br->second.begin(), br->second.end());
+        for (NodeId u : readers) {
+          auto it = holders.find(u);
+          if (it == holders.end()) continue;
+          for (int reader : it->second) outside |= !holds(m, reader);
+        }
+        if (outside) b.outputs.push_back(o);
+      }
+  }
+}
+
+void check_plan(const Graph& g, const FusionPlan& plan) {
+  std::unordered_map<NodeId, int> copies;
+  std::unordered_map<NodeId, int> recomputed;  // copies marked "recomputed"
+  for (size_t b = 0; b < plan.blocks.size(); ++b) {
+    std::unordered_set<NodeId> here;
     for (NodeId m : plan.blocks[b].members) {
       if (!g.has_node(m)) fail(ErrorKind::Model, "fusion plan: block " + std::to_string(b) + " names a node that is not in the graph");
-      if (!owner.emplace(m, int(b)).second)
-        fail(ErrorKind::Model, "fusion plan: node '" + g.node(m).label() + "' is in two blocks");
+      if (!here.insert(m).second) fail(ErrorKind::Model, "fusion plan: node '" + g.node(m).label() + "' is twice in block " + std::to_string(b));
+      ++copies[m];
     }
+    for (auto& r : plan.blocks[b].reasons)
+      if (r.decision == "recomputed") ++recomputed[r.node];
+  }
+  for (auto& [id, n] : copies) {
+    if (n == 1) continue;
+    // A node in several blocks is a recomputed cheap op: never an anchor, and every copy says so.
+    const Node& nd = g.node(id);
+    if (node_mapping_type(g, id) == MappingType::ManyToMany)
+      fail(ErrorKind::Model, "fusion plan: Many-to-Many node '" + nd.label() + "' (" + nd.op_type + ") is in " + std::to_string(n) + " blocks");
+    // At most one block computes it as an ordinary member (a prologue whose readers recompute it).
+    if (recomputed[id] < n - 1)
+      fail(ErrorKind::Model, "fusion plan: node '" + nd.label() + "' (" + nd.op_type + ") is in " + std::to_string(n) +
+                                 " blocks but only " + std::to_string(recomputed[id]) + " copies are marked recomputed");
+  }
   std::unordered_set<NodeId> consts(plan.constants.begin(), plan.constants.end());
   for (NodeId id : g.node_ids())
-    if (!owner.count(id) && !consts.count(id))
+    if (!copies.count(id) && !consts.count(id))
       fail(ErrorKind::Model, "fusion plan: node '" + g.node(id).label() + "' (" + g.node(id).op_type + ") is in no block");
-  // Blocks must be in a topological order of the contracted graph: every block input is ready.
+  // Blocks must be in a topological order of the contracted graph: every value a block reads is
+  // a graph input, a weight, a Constant or an output of an earlier block.
   std::unordered_set<std::string> ready;
   for (auto& i : g.inputs()) ready.insert(i);
   for (auto& i : g.initializer_names()) ready.insert(i);
@@ -335,10 +401,9 @@ void check_plan(const Graph& g, const FusionPlan& plan) {
   for (auto& b : plan.blocks) {
     for (auto& i : b.inputs)
       if (!ready.count(i) && g.producer(i))
-        fail(ErrorKind::Model, "fusion plan: block " + std::to_string(b.id) + " reads '" + i + "' before it is produced (a cycle between blocks)");
-    for (NodeId m : b.members)
-      for (auto& o : g.node(m).outputs)
-        if (!o.empty()) ready.insert(o);
+        fail(ErrorKind::Model, "fusion plan: block " + std::to_string(b.id) + " reads '" + i +
+                                   "' before a block writes it out (a cycle between blocks, or a missing output)");
+    for (auto& o : b.outputs) ready.insert(o);
   }
 }
 
@@ -359,8 +424,12 @@ TensorMap run_plan_reference(const Graph& g, const FusionPlan& plan, const Tenso
       if (it == env.end()) fail(ErrorKind::Model, "block " + std::to_string(b.id) + " input '" + i + "' has no value");
       sub_feeds[i] = it->second;
     }
-    TensorMap out = Interpreter(sub).run(sub_feeds, sub.outputs());
-    for (auto& [k, v] : out) env[k] = v;
+    // b.outputs, not sub.outputs(): a value read only by a later block's If/Loop body is written
+    // out too, and extract() sees only node inputs when it picks the sub-graph's outputs.
+    TensorMap out = Interpreter(sub).run(sub_feeds, b.outputs);
+    // Only what the block writes out is visible to later blocks: a recomputed value must be
+    // computed again by every block that reads it.
+    for (auto& o : b.outputs) env[o] = out.at(o);
   }
   TensorMap result;
   for (auto& o : g.outputs()) result[o] = env.at(o);

@@ -112,6 +112,7 @@ TargetDesc target_by_name(const std::string& name) {
   if (name == "reference") {
     TargetDesc t = cpu(name, 4, 16, 2);
     t.family = "reference";
+    t.float32_kernels_only = false;
     return t;
   }
   std::string known;

@@ -25,6 +25,10 @@ struct TargetDesc {
   int max_block_members = 48;
   // Ops that this target runs as standalone library calls (no lowering into a fused kernel).
   std::set<std::string> unfusable_ops;
+  // Generated kernels compute in float32 (integers and bools enter as loads cast to float): the
+  // planner never recomputes a chain doing integer arithmetic into another block, which would send
+  // a well-lowered block to the fallback kernels. The reference target runs any dtype.
+  bool float32_kernels_only = true;
 
   bool can_fuse_op(const std::string& op_type) const { return !unfusable_ops.count(op_type); }
 };

@@ -2,6 +2,8 @@
 through the reference interpreter, matches ONNX Runtime; the plan has fewer kernels than ops."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import onnx
 import pytest
@@ -50,14 +52,20 @@ def test_zoo_plan_report(cli, export_cache, model, opset):
     rep = cli.ok("optimize", path, "--no-profile")
     assert rep["network_class"] == model["network_class"], rep["classification"]
     assert 0 < rep["kernels"] < rep["ops_after_rewrite"]
-    members = sum(len(b["members"]) for b in rep["blocks"])
-    # Every operator is in exactly one block (Constant nodes are weights, not operators).
-    assert members == rep["ops_after_rewrite"]
+    # Every operator is in exactly one block (Constant nodes are weights, not operators), except
+    # for recomputed copies of cheap chains, which sit in each block that reads them.
+    names = Counter(mem["name"] for b in rep["blocks"] for mem in b["members"])
+    assert len(names) == rep["ops_after_rewrite"]
+    recomputed = Counter(mem["name"] for b in rep["blocks"] for mem in b["members"] if mem["decision"] == "recomputed")
+    for name, n in names.items():
+        assert recomputed[name] >= n - 1, f"'{name}' is in {n} blocks but only {recomputed[name]} copies are recomputed"
+    assert (sum(recomputed.values()) > 0) == (rep["fusion_stats"]["recomputed_chains"] > 0)
     for b in rep["blocks"]:
         assert b["members"][0]["joined_by"] == "seed"
         for mem in b["members"][1:]:
             assert "+" in mem["joined_by"] and mem["decision"] in (
-                "profitable", "cost-model", "no-profile", "profiled", "profile-cache")
+                "profitable", "cost-model", "no-profile", "profiled", "profile-cache", "recomputed")
+            assert mem["decision"] != "recomputed" or mem["mapping_type"] != "Many-to-Many"
 
 
 def test_export_fused_and_dot(cli, export_cache, workdir):
@@ -72,6 +80,6 @@ def test_export_fused_and_dot(cli, export_cache, workdir):
     assert len(m.graph.node) == rep["kernels"] and all(n.domain == "nnfuse" for n in m.graph.node)
     assert {f.name for f in m.functions} == {n.op_type for n in m.graph.node}
     members = sum(len(f.node) for f in m.functions)
-    assert members == rep["ops_after_rewrite"]
+    assert members == sum(len(b["members"]) for b in rep["blocks"])  # recomputed copies included
     text = dot.read_text()
     assert text.count("subgraph cluster_") == rep["kernels"] + 1  # + the legend

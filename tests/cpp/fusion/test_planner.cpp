@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "fusion/plan_report.h"
 #include "fusion/planner.h"
 #include "graph/builder.h"
 #include "graph/interpreter.h"
@@ -29,6 +30,12 @@ NodeId by_name(const Graph& g, const std::string& n) {
   return id;
 }
 Attributes conv_attrs() { return GraphBuilder::attrs({{"kernel_shape", A::is({3, 3})}, {"pads", A::is({1, 1, 1, 1})}}); }
+
+int count_recomputed(const FusionBlock& blk) {
+  int n = 0;
+  for (auto& r : blk.reasons) n += r.decision == "recomputed";
+  return n;
+}
 
 void require_same_outputs(const Graph& g, const FusionPlan& plan) {
   TensorMap feeds = random_feeds(g, 7);
@@ -136,7 +143,7 @@ TEST_CASE("a residual block fuses its join into the last conv", "[fusion][planne
   require_same_outputs(g, plan);
 }
 
-TEST_CASE("a tensor with several consumers is materialised as a block output", "[fusion][planner]") {
+TEST_CASE("a cheap op read by several anchors is recomputed as each one's prologue", "[fusion][planner][recompute]") {
   GraphBuilder b("shared");
   auto x = b.input("x", DType::Float32, {1, 4, 8, 8});
   auto r = b.op("Relu", {x}, {}, "shared_relu");
@@ -147,11 +154,15 @@ TEST_CASE("a tensor with several consumers is materialised as a block output", "
   Model m = b.finish();
   FusionPlan plan = plan_fusion(m.graph, avx512(), offline());
   check_plan(m.graph, plan);
-  int owner = plan.block_of(by_name(m.graph, "shared_relu"));
-  REQUIRE(owner >= 0);
-  const FusionBlock& blk = plan.blocks[size_t(owner)];
-  // The relu output is needed by the other conv too, so its block writes it out.
-  REQUIRE(std::find(blk.outputs.begin(), blk.outputs.end(), r) != blk.outputs.end());
+  // convA (more FLOPs) takes the Relu as a prologue; convB computes it again instead of reading
+  // it back, so no block writes the Relu's output.
+  std::vector<int> holders = plan.blocks_of(by_name(m.graph, "shared_relu"));
+  REQUIRE(holders.size() == 2);
+  REQUIRE(holders[0] == plan.block_of(by_name(m.graph, "convA")));
+  REQUIRE(holders[1] == plan.block_of(by_name(m.graph, "convB")));
+  REQUIRE(count_recomputed(plan.blocks[size_t(holders[0])]) == 0);
+  REQUIRE(count_recomputed(plan.blocks[size_t(holders[1])]) == 1);
+  for (auto& blk : plan.blocks) REQUIRE(std::find(blk.outputs.begin(), blk.outputs.end(), r) == blk.outputs.end());
   REQUIRE(plan.kernels() == 2);
   require_same_outputs(m.graph, plan);
 }
@@ -247,4 +258,242 @@ TEST_CASE("the cost model fuses free index composition and splits costly strided
   check_plan(g, plan);
   REQUIRE(plan.block_of(by_name(g, "r")) == plan.block_of(by_name(g, "mm2")));
   require_same_outputs(g, plan);
+}
+
+// ---------------------------------------------------------------- recompute (fusion/recompute.h)
+namespace {
+// An attention-mask-like chain `(1 - mask) * -10000` (`extra` more scalar ops appended to make it
+// costlier) whose output is added to the scores of `layers` MatMul anchors.
+Model mask_model(int layers, int extra = 0, DType mask_dtype = DType::Float32) {
+  GraphBuilder b("mask");
+  auto mask = b.input("mask", mask_dtype, {1, 1, 16});
+  std::string m = mask;
+  if (mask_dtype != DType::Float32) m = b.op("Cast", {mask}, GraphBuilder::attrs({{"to", A::i(int64_t(DType::Float32))}}), "cast");
+  auto e = b.op("Mul", {b.op("Sub", {b.scalar("one", 1.0f), m}, {}, "sub"), b.scalar("big", -10000.0f)}, {}, "mask_mul");
+  for (int i = 0; i < extra; ++i) e = b.op("Add", {e, b.scalar("c" + std::to_string(i), 0.5f)}, {}, "extra" + std::to_string(i));
+  auto x = b.input("x", DType::Float32, {1, 16, 8});
+  for (int l = 0; l < layers; ++l) {
+    auto s = b.op("MatMul", {x, b.weight("k" + std::to_string(l), {8, 16})}, {}, "scores" + std::to_string(l));
+    b.output(b.op("Add", {s, e}, {}, "masked" + std::to_string(l)));
+  }
+  return b.finish();
+}
+}  // namespace
+
+TEST_CASE("a cheap chain read by several blocks is recomputed in each of them", "[fusion][planner][recompute]") {
+  Model m = mask_model(2);
+  const Graph& g = m.graph;
+  FusionPlan plan = plan_fusion(g, avx512(), offline());
+  check_plan(g, plan);
+  // Without recompute the chain is a third kernel; now each attention block computes it.
+  REQUIRE(plan.kernels() == 2);
+  REQUIRE(plan.stats.recomputed_chains == 1);
+  REQUIRE(plan.stats.recomputed_copies == 2);
+  for (const char* n : {"sub", "mask_mul"}) {
+    std::vector<int> holders = plan.blocks_of(by_name(g, n));
+    REQUIRE(holders.size() == 2);
+    REQUIRE(holders[0] != holders[1]);
+  }
+  for (auto& blk : plan.blocks) {
+    REQUIRE(count_recomputed(blk) == 2);
+    REQUIRE(blk.type == MappingType::ManyToMany);
+    // The mask is read where it is needed, never written out.
+    REQUIRE(std::find(blk.inputs.begin(), blk.inputs.end(), "mask") != blk.inputs.end());
+    REQUIRE(blk.outputs.size() == 1);
+    for (auto& r : blk.reasons)
+      if (r.node == by_name(g, "mask_mul")) REQUIRE(g.node(r.partner).name.rfind("masked", 0) == 0);
+  }
+  // Block by block through the reference interpreter: every block must compute the mask itself.
+  require_same_outputs(g, plan);
+  // --no-profile stays deterministic.
+  FusionPlan again = plan_fusion(g, avx512(), offline());
+  REQUIRE(again.kernels() == plan.kernels());
+  for (size_t i = 0; i < plan.blocks.size(); ++i) REQUIRE(again.blocks[i].members == plan.blocks[i].members);
+}
+
+TEST_CASE("an expensive chain or a Many-to-Many op is materialised, not recomputed", "[fusion][planner][recompute]") {
+  SECTION("too many FLOPs per element") {
+    Model m = mask_model(2, 4);  // 6 ops per element: more than kRecomputeMaxFlopsPerElement
+    FusionPlan plan = plan_fusion(m.graph, avx512(), offline());
+    check_plan(m.graph, plan);
+    REQUIRE(plan.kernels() == 3);
+    REQUIRE(plan.stats.recomputed_chains == 0);
+    REQUIRE(plan.blocks_of(by_name(m.graph, "mask_mul")).size() == 1);
+    // Materialised: the chain's kernel writes its output, which both anchors' blocks read.
+    const FusionBlock& chain = plan.blocks[size_t(plan.block_of(by_name(m.graph, "extra3")))];
+    REQUIRE(chain.outputs == std::vector<std::string>{m.graph.node(by_name(m.graph, "extra3")).outputs[0]});
+    require_same_outputs(m.graph, plan);
+  }
+  SECTION("a single reader block (fusion's business, not recompute's)") {
+    Model m = mask_model(1);
+    FusionPlan plan = plan_fusion(m.graph, avx512(), offline());
+    check_plan(m.graph, plan);
+    REQUIRE(plan.kernels() == 2);
+    REQUIRE(plan.stats.recomputed_chains == 0);
+    for (auto& blk : plan.blocks) REQUIRE_FALSE(blk.outputs.empty());
+    require_same_outputs(m.graph, plan);
+  }
+  SECTION("a Many-to-Many producer") {
+    GraphBuilder b("shared_softmax");
+    auto x = b.input("x", DType::Float32, {4, 16});
+    auto sm = b.op("Softmax", {x}, GraphBuilder::attrs({{"axis", A::i(-1)}}), "sm");
+    b.output(b.op("MatMul", {sm, b.weight("w1", {16, 8})}, {}, "mm1"));
+    b.output(b.op("MatMul", {sm, b.weight("w2", {16, 8})}, {}, "mm2"));
+    Model m = b.finish();
+    FusionPlan plan = plan_fusion(m.graph, avx512(), offline());
+    check_plan(m.graph, plan);
+    REQUIRE(plan.kernels() == 3);
+    REQUIRE(plan.blocks_of(by_name(m.graph, "sm")).size() == 1);
+    require_same_outputs(m.graph, plan);
+  }
+  SECTION("integer arithmetic stays a kernel where generated kernels compute in float32 only") {
+    // An int64 mask that is only cast to float is loaded as float: recomputed (BERT's mask).
+    Model cast_only = mask_model(2, 0, DType::Int64);
+    FusionPlan p = plan_fusion(cast_only.graph, avx512(), offline());
+    check_plan(cast_only.graph, p);
+    REQUIRE(p.kernels() == 2);
+    REQUIRE(p.blocks_of(by_name(cast_only.graph, "cast")).size() == 2);
+    require_same_outputs(cast_only.graph, p);
+    // Negating it in int64 first needs integer arithmetic in the kernel: not on a CPU target.
+    GraphBuilder b("int_mask");
+    auto mask = b.input("mask", DType::Int64, {1, 1, 16});
+    auto f = b.op("Cast", {b.op("Neg", {mask}, {}, "neg")}, GraphBuilder::attrs({{"to", A::i(int64_t(DType::Float32))}}), "cast");
+    auto e = b.op("Mul", {f, b.scalar("big", 10000.0f)}, {}, "mask_mul");
+    auto x = b.input("x", DType::Float32, {1, 16, 8});
+    for (int l = 0; l < 2; ++l)
+      b.output(b.op("Add", {b.op("MatMul", {x, b.weight("k" + std::to_string(l), {8, 16})}), e}));
+    Model m = b.finish();
+    FusionPlan on_cpu = plan_fusion(m.graph, avx512(), offline());
+    check_plan(m.graph, on_cpu);
+    REQUIRE(on_cpu.kernels() == 3);
+    REQUIRE(on_cpu.blocks_of(by_name(m.graph, "neg")).size() == 1);
+    FusionPlan on_ref = plan_fusion(m.graph, target_by_name("reference"), offline());
+    check_plan(m.graph, on_ref);
+    REQUIRE(on_ref.kernels() == 2);
+    REQUIRE(on_ref.blocks_of(by_name(m.graph, "neg")).size() == 2);
+    require_same_outputs(m.graph, on_ref);
+  }
+}
+
+TEST_CASE("a chain whose input is much bigger than its output is not recomputed", "[fusion][planner][recompute]") {
+  // Slice keeps 16 of 4096 columns: re-reading the input in every consumer would cost more than
+  // reading the small output back, unless the input is small enough to stay in L1.
+  auto build = [](int64_t cols) {
+    GraphBuilder b("slice_chain");
+    auto big = b.input("big", DType::Float32, {4, cols});
+    auto sl = b.op("Slice", {big, b.ints("starts", {0}), b.ints("ends", {16}), b.ints("axes", {1})}, {}, "slice");
+    auto r = b.op("Relu", {sl}, {}, "relu");
+    auto x = b.input("x", DType::Float32, {4, 8});
+    for (int l = 0; l < 2; ++l) {
+      auto s = b.op("MatMul", {x, b.weight("w" + std::to_string(l), {8, 16})}, {}, "mm" + std::to_string(l));
+      b.output(b.op("Add", {s, r}, {}, "add" + std::to_string(l)));
+    }
+    return b.finish();
+  };
+  Model wide = build(4096);  // 64 KiB in, 256 B out
+  FusionPlan p1 = plan_fusion(wide.graph, avx512(), offline());
+  check_plan(wide.graph, p1);
+  REQUIRE(p1.blocks_of(by_name(wide.graph, "slice")).size() == 1);
+  REQUIRE(p1.stats.recomputed_chains == 0);
+  require_same_outputs(wide.graph, p1);
+  // 320 B in, 256 B out: in L1, and re-reading it costs less than writing the output and
+  // reading it back. mm0's block keeps the chain as a side input, mm1's block recomputes it.
+  Model narrow = build(20);
+  FusionPlan p2 = plan_fusion(narrow.graph, avx512(), offline());
+  check_plan(narrow.graph, p2);
+  REQUIRE(p2.blocks_of(by_name(narrow.graph, "slice")).size() == 2);
+  REQUIRE(p2.stats.recomputed_chains == 1);
+  REQUIRE(p2.kernels() == p1.kernels());
+  for (auto& blk : p2.blocks) REQUIRE(blk.outputs.size() == 1);
+  require_same_outputs(narrow.graph, p2);
+}
+
+TEST_CASE("recompute on a diamond keeps the block order acyclic", "[fusion][planner][recompute][cycle]") {
+  // The chain feeds block A and block B, and B also reads A's output: after the copies, both
+  // blocks read `mask` and B still comes after A.
+  GraphBuilder b("diamond_recompute");
+  auto mask = b.input("mask", DType::Float32, {1, 16});
+  auto e = b.op("Mul", {b.op("Sub", {b.scalar("one", 1.0f), mask}, {}, "sub"), b.scalar("big", -4.0f)}, {}, "mask_mul");
+  auto x = b.input("x", DType::Float32, {4, 16});
+  auto a = b.op("Add", {b.op("MatMul", {x, b.weight("w1", {16, 16})}, {}, "mmA"), e}, {}, "addA");
+  auto c = b.op("Add", {b.op("MatMul", {a, b.weight("w2", {16, 16})}, {}, "mmB"), e}, {}, "addB");
+  b.output(c);
+  Model m = b.finish();
+  const Graph& g = m.graph;
+  FusionPlan plan = plan_fusion(g, avx512(), offline());
+  check_plan(g, plan);  // throws on a block reading a value before a block writes it out
+  REQUIRE(plan.kernels() == 2);
+  int ba = plan.block_of(by_name(g, "mmA")), bb = plan.block_of(by_name(g, "mmB"));
+  REQUIRE(ba < bb);
+  REQUIRE(plan.blocks_of(by_name(g, "sub")) == std::vector<int>{ba, bb});
+  REQUIRE(plan.blocks[size_t(ba)].outputs == std::vector<std::string>{a});
+  require_same_outputs(g, plan);
+
+  // check_plan rejects a copy that is not marked as recomputed, and a recomputed anchor.
+  FusionPlan bad = plan;
+  for (auto& blk : bad.blocks)
+    for (auto& r : blk.reasons)
+      if (r.decision == "recomputed") r.decision = "profitable";
+  REQUIRE_THROWS_AS(check_plan(g, bad), Error);
+  bad = plan;
+  bad.blocks[size_t(bb)].members.insert(bad.blocks[size_t(bb)].members.begin(), by_name(g, "mmA"));
+  REQUIRE_THROWS_AS(check_plan(g, bad), Error);
+}
+
+TEST_CASE("a One-to-One op between two anchors is the producer's epilogue", "[fusion][planner]") {
+  // conv2 has far more FLOPs and seeds first; the Relu still joins conv1 as its epilogue rather
+  // than conv2 as a prologue (computed once per element, not once per reuse).
+  GraphBuilder b("epilogue_first");
+  auto x = b.input("x", DType::Float32, {1, 4, 16, 16});
+  auto c1 = b.op("Conv", {x, b.weight("w1", {4, 4, 1, 1})}, GraphBuilder::attrs({{"kernel_shape", A::is({1, 1})}}), "conv1");
+  auto r = b.op("Relu", {c1}, {}, "relu");
+  b.output(b.op("Conv", {r, b.weight("w2", {32, 4, 3, 3})}, conv_attrs(), "conv2"));
+  Model m = b.finish();
+  const Graph& g = m.graph;
+  REQUIRE(node_flops(g, by_name(g, "conv2")) > node_flops(g, by_name(g, "conv1")));
+  FusionPlan plan = plan_fusion(g, avx512(), offline());
+  check_plan(g, plan);
+  REQUIRE(plan.kernels() == 2);
+  int owner = plan.block_of(by_name(g, "relu"));
+  REQUIRE(owner == plan.block_of(by_name(g, "conv1")));
+  const FusionBlock& blk = plan.blocks[size_t(owner)];
+  REQUIRE(blk.reasons[1].node == by_name(g, "relu"));
+  REQUIRE(blk.reasons[1].cell == "Many-to-Many+One-to-One");
+  require_same_outputs(g, plan);
+}
+
+TEST_CASE("plan reports list a recomputed node in every block holding it", "[fusion][planner][recompute][report]") {
+  Model m = mask_model(2);
+  const Graph& g = m.graph;
+  FusionPlan plan = plan_fusion(g, avx512(), offline());
+  REQUIRE(plan.kernels() == 2);
+  nlohmann::json j = plan_to_json(g, plan);
+  REQUIRE(j["fusion_stats"]["recomputed_chains"] == 1);
+  REQUIRE(j["fusion_stats"]["recomputed_copies"] == 2);
+  for (auto& blk : j["blocks"]) {
+    int copies = 0;
+    for (auto& mem : blk["members"])
+      if (mem["decision"] == "recomputed") {
+        ++copies;
+        REQUIRE(mem.contains("with"));
+      }
+    REQUIRE(copies == 2);
+  }
+  // DOT: one dashed node per copy, each with its own id, and an edge from the copy in the block.
+  std::string dot = plan_to_dot(g, plan);
+  std::string sub = "n" + std::to_string(by_name(g, "sub"));
+  std::string mul = "n" + std::to_string(by_name(g, "mask_mul"));
+  for (int b = 0; b < 2; ++b) {
+    std::string tag = "_b" + std::to_string(b);
+    REQUIRE(dot.find("    " + sub + tag + " [") != std::string::npos);
+    REQUIRE(dot.find(sub + tag + " -> " + mul + tag + ";") != std::string::npos);
+  }
+  REQUIRE(dot.find("dashed\"]") != std::string::npos);
+  // The fused model: each block's function body computes the mask itself.
+  Model fused = fused_model(m, plan);
+  REQUIRE(fused.functions.size() == 2);
+  for (auto& fn : fused.functions) {
+    REQUIRE(fn.body.find_node("sub") != kNoNode);
+    REQUIRE(std::find(fn.inputs.begin(), fn.inputs.end(), "mask") != fn.inputs.end());
+  }
 }
