@@ -506,7 +506,18 @@ Graph Graph::extract(const std::vector<NodeId>& ids) const {
     for (auto& o : node(id).outputs)
       if (!o.empty()) produced.insert(o);
   for (NodeId id : order) {
-    for (auto& i : node(id).inputs) {
+    // What a node reads: its inputs, and the values its If/Loop/Scan bodies read from this graph.
+    std::vector<std::string> reads = node(id).inputs;
+    for (auto& [k, a] : node(id).attrs.all()) {
+      std::vector<const Graph*> bodies;
+      if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g.get());
+      if (a.kind == Attribute::Kind::Graphs)
+        for (auto& b : a.graphs) bodies.push_back(b.get());
+      for (const Graph* b : bodies)
+        for (auto& r : b->outer_references())
+          if (has_value(r)) reads.push_back(r);  // else it is read from further out than this graph
+    }
+    for (auto& i : reads) {
       if (i.empty() || produced.count(i) || sub.has_value(i)) continue;
       if (auto* t = find_initializer(i); t && !is_input(i)) sub.set_initializer(i, *t);
       else sub.add_input(i, type(i));

@@ -1,6 +1,9 @@
 #include "kernels/cpu_model.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -9,6 +12,7 @@
 #include "graph/error.h"
 #include "graph/onnx_io.h"
 #include "graph/op_registry.h"
+#include "kernels/cross_run.h"
 #include "kernels/emit_cpp.h"
 
 namespace fs = std::filesystem;
@@ -31,6 +35,34 @@ char* aligned_base(std::unique_ptr<char[]>& raw) {
   return reinterpret_cast<char*>((p + 63) / 64 * 64);
 }
 
+// The shape a buffer holds in this run: a capacity buffer (NonMaxSuppression's output) holds as
+// many rows as its stage stored in its row_count buffer.
+Shape run_shape(const KBuffer& B, void* const* ptrs) {
+  Shape s = B.shape;
+  if (B.row_count >= 0 && !s.empty()) s[0] = std::clamp<int64_t>(*static_cast<const int64_t*>(ptrs[B.row_count]), 0, s[0]);
+  return s;
+}
+
+// The NCHW<c>c block for a target: its float vector width (what one xsimd batch holds under the
+// target's flags). $NNFUSE_LAYOUT=nchw keeps every buffer NCHW (comparisons, debugging).
+int layout_block_for(const std::string& target) {
+  if (const char* e = std::getenv("NNFUSE_LAYOUT"); e && *e) {
+    std::string v = e;
+    if (v == "nchw") return 0;
+    if (v != "auto" && v != "nchwc") fail(ErrorKind::Invalid, "NNFUSE_LAYOUT='" + v + "': expected nchw, nchwc or auto");
+  }
+  auto flags = target_flags(target);
+  auto has = [&](const char* f) { return std::find(flags.begin(), flags.end(), std::string(f)) != flags.end(); };
+  return has("-mavx512f") ? 16 : has("-mavx2") ? 8 : 4;
+}
+
+// "Gather embeddings.word, Add Add_3" for messages about a stage.
+std::string stage_node_list(const Graph& g, const Stage& st) {
+  std::string r;
+  for (NodeId id : st.nodes) r += (r.empty() ? "" : ", ") + g.node(id).op_type + " " + g.node(id).label();
+  return r;
+}
+
 }  // namespace
 
 std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan, const CpuCompileOptions& o) {
@@ -39,7 +71,9 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
   m->target_ = o.target;
   auto t0 = std::chrono::steady_clock::now();
   m->plan_ = plan ? *plan : singleton_plan(g);
-  m->mod_ = lower_module(g, m->plan_, o.lower);
+  LowerOptions lo = o.lower;
+  if (lo.layout_block < 0) lo.layout_block = layout_block_for(o.target);
+  m->mod_ = lower_module(g, m->plan_, lo);
   double lower_ms = ms_since(t0);
   int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   int units = o.max_units > 0 ? o.max_units : std::max(1, 2 * jobs);
@@ -53,6 +87,25 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
     m->code_hash_ = content_hash(all);
   }
   m->build_info_ = {{"lower_ms", lower_ms}, {"emit_ms", emit_ms}, {"units", src.size()}};
+  if (is_cross_target(o.target)) {
+    // The runtime cannot load code for this CPU: a standalone program (kernels/cross_run.h),
+    // run under an emulator here and deployable as it is.
+    CrossRunOptions co;
+    co.target = o.target;
+    co.cache_dir = o.cache_dir;
+    co.jobs = jobs;
+    co.progress = o.progress;
+    BuildResult br = build_standalone(m->mod_, co);
+    m->program_ = br.so_path;
+    m->hash_ = br.hash;
+    m->cross_ = true;
+    m->build_info_["compile_ms"] = br.ms;
+    m->build_info_["cache_hit"] = br.cache_hit;
+    m->build_info_["hash"] = br.hash;
+    m->build_info_["program"] = br.so_path;
+    m->pool_ = std::make_unique<ThreadPool>(o.threads);
+    return m;
+  }
   if (!src.empty()) {
     ToolchainOptions to;
     to.target = o.target;
@@ -64,21 +117,13 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
     m->hash_ = br.hash;
     m->build_info_["compile_ms"] = br.ms;
     m->build_info_["cache_hit"] = br.cache_hit;
+    if (!br.cache_hit) m->build_info_["precompiled_header"] = br.pch;
     m->build_info_["rebuilt_corrupt_entry"] = br.rebuilt_corrupt;
     m->build_info_["hash"] = br.hash;
     m->build_info_["shared_object"] = br.so_path;
     size_t lines = 0;
     for (auto& u : src) lines += size_t(std::count(u.code.begin(), u.code.end(), '\n'));
     m->build_info_["generated_lines"] = lines;
-#if !defined(__aarch64__)
-    if (m->target_ == "arm-neon") {
-      // Cross-compiled: the library cannot be loaded here; `nnfuse compile -o DIR` still writes
-      // the artifact for the Arm machine.
-      m->pool_ = std::make_unique<ThreadPool>(o.threads);
-      m->cross_ = true;
-      return m;
-    }
-#endif
     m->so_ = std::make_unique<SharedObject>(br.so_path);
   }
   m->pool_ = std::make_unique<ThreadPool>(o.threads);
@@ -109,6 +154,26 @@ void CpuModel::link_stages() {
 CpuModel::~CpuModel() {
   for (size_t i = 0; i < prepared_.size(); ++i)
     if (prepared_[i] && release_[i]) release_[i](prepared_[i]);
+  std::error_code ec;
+  if (!weights_tmp_dir_.empty()) fs::remove_all(weights_tmp_dir_, ec);
+}
+
+TensorMap CpuModel::run_cross(const TensorMap& feeds) const {
+  {
+    std::lock_guard<std::mutex> lock(arenas_mu_);
+    if (program_weights_.empty()) {
+      fs::path d = fs::temp_directory_path() / ("nnfuse_weights_" + std::to_string(::getpid()) + "_" + hash_ + "_" +
+                                                std::to_string(reinterpret_cast<uintptr_t>(this) % 1000003));
+      fs::create_directories(d);
+      weights_tmp_dir_ = d.string();
+      write_driver_weights(mod_, (d / "weights.bin").string());
+      program_weights_ = (d / "weights.bin").string();
+    }
+  }
+  CrossRunOptions o;
+  o.target = target_;
+  o.threads = pool_ ? pool_->threads() : 1;
+  return run_standalone(mod_, program_, program_weights_, feeds, o);
 }
 
 void CpuModel::run_fallback(const Stage& st, void* const* ptrs, std::map<int, Tensor>& dyn) const {
@@ -128,16 +193,20 @@ void CpuModel::run_fallback(const Stage& st, void* const* ptrs, std::map<int, Te
       if (d == dyn.end()) fail(ErrorKind::Runtime, "fallback stage " + st.name + ": '" + v + "' was not computed");
       local[v] = d->second;
     } else {
-      local[v] = Tensor::wrap(B.dtype, B.shape, ptrs[b], nullptr);
+      local[v] = Tensor::wrap(B.dtype, run_shape(B, ptrs), ptrs[b], nullptr);
     }
     return &local[v];
   };
-  SubgraphRunner sub = [](const Graph& body, const std::vector<Tensor>& inputs) {
+  SubgraphRunner sub = [&](const Graph& body, const std::vector<Tensor>& inputs) {
     TensorMap feeds;
     const auto& names = body.inputs();
     for (size_t i = 0; i < names.size() && i < inputs.size(); ++i) feeds[names[i]] = inputs[i];
+    // A body reads values of the enclosing graph by name (the planner lists them as block inputs).
+    TensorMap scope;
+    for (auto& r : body.outer_references())
+      if (g.has_value(r)) scope[r] = *value(r);
     Interpreter it(body);
-    TensorMap out = it.run(feeds);
+    TensorMap out = it.run_scoped(feeds, &scope, body.outputs());
     std::vector<Tensor> res;
     for (auto& o : body.outputs()) res.push_back(out.at(o));
     return res;
@@ -168,7 +237,9 @@ void CpuModel::run_fallback(const Stage& st, void* const* ptrs, std::map<int, Te
 }
 
 TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const {
-  if (cross_) fail(ErrorKind::Unsupported, "this model was cross-compiled for " + target_ + " and cannot run on this machine");
+  if (cross_)
+    fail(ErrorKind::Unsupported, "this model was compiled for " + target_ + " as a standalone program; it runs whole under an emulator, "
+                                 "so its stages cannot be profiled here");
   // An arena for this call (reused across calls; one per concurrent call).
   std::unique_ptr<char[]> arena;
   {
@@ -224,17 +295,26 @@ TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_
     else ptrs[size_t(b)] = const_cast<void*>(t.raw());
   }
   nnfuse_exec_ctx ctx = pool_->ctx();
+  int32_t status = 0;  // per run: stages flag bad data here (exec_ctx.h)
+  ctx.status = &status;
   if (stage_ms) stage_ms->assign(mod_.stages.size(), 0);
   for (size_t i = 0; i < mod_.stages.size(); ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    if (fns_[i]) fns_[i](&ctx, ptrs.data());
-    else run_fallback(mod_.stages[i], ptrs.data(), dyn);
+    if (fns_[i]) {
+      fns_[i](&ctx, ptrs.data());
+      if (status) fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_node_list(mod_.graph, mod_.stages[i]) +
+                                               "): an index is out of range for the data it selects from");
+    } else run_fallback(mod_.stages[i], ptrs.data(), dyn);
     if (stage_ms) (*stage_ms)[i] = ms_since(t0);
   }
   for (auto& [name, b] : mod_.graph_outputs) {
     const KBuffer& B = mod_.buffers[size_t(b)];
     if (B.dynamic) result[name] = dyn.at(b);
-    else if (B.kind == BufferKind::Output) result[name] = outputs.at(b);
+    else if (B.row_count >= 0) {
+      Tensor t(B.dtype, run_shape(B, ptrs.data()));
+      std::memcpy(t.raw(), ptrs[size_t(b)], t.nbytes());
+      result[name] = t;
+    } else if (B.kind == BufferKind::Output) result[name] = outputs.at(b);
     else {
       Tensor t(B.dtype, B.shape);
       std::memcpy(t.raw(), ptrs[size_t(b)], size_t(B.bytes));
@@ -244,7 +324,7 @@ TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_
   return result;
 }
 
-TensorMap CpuModel::run(const TensorMap& feeds) const { return run_impl(feeds, nullptr); }
+TensorMap CpuModel::run(const TensorMap& feeds) const { return cross_ ? run_cross(feeds) : run_impl(feeds, nullptr); }
 
 nlohmann::json CpuModel::profile(const TensorMap& feeds) const {
   std::vector<double> ms;
@@ -258,13 +338,15 @@ nlohmann::json CpuModel::profile(const TensorMap& feeds) const {
       std::vector<std::string> ops;
       for (NodeId id : s.nodes) ops.push_back(mod_.graph.node(id).op_type);
       rows.push_back({{"kernel", "b" + std::to_string(s.block)}, {"ops", ops}, {"mapping_type", s.mapping}, {"ms", 0.0}, {"flops", 0.0},
-                      {"stages", nlohmann::json::array()}, {"generated", s.kind != StageKind::Fallback}});
+                      {"stages", nlohmann::json::array()}, {"generated", s.kind != StageKind::Fallback},
+                      {"layout", layout_name(0)}});
     }
     auto& r = rows[row_of[s.block]];
     r["ms"] = r["ms"].get<double>() + ms[i];
     r["flops"] = r["flops"].get<double>() + s.flops;
     r["stages"].push_back(s.name + (s.anchor_op.empty() ? "" : ":" + s.anchor_op));
     if (s.kind == StageKind::Fallback) r["generated"] = false;
+    if (s.layout_block > 0) r["layout"] = layout_name(s.layout_block);
   }
   for (auto& r : rows) {
     double t = r["ms"].get<double>();
@@ -309,13 +391,26 @@ void CpuModel::save(const std::string& dir) const {
   }
   save_model(m, (fs::path(dir) / "model.onnx").string());
   if (!so_path_.empty()) fs::copy_file(so_path_, fs::path(dir) / "kernels.so", fs::copy_options::overwrite_existing);
+  if (cross_) {
+    // A standalone program for the target CPU and the weights it reads (kernels/cross_run.h).
+    fs::path prog = fs::path(dir) / "model";
+    fs::copy_file(program_, prog, fs::copy_options::overwrite_existing);
+    fs::permissions(prog, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+    write_driver_weights(mod_, (fs::path(dir) / "weights.bin").string());
+  }
   nlohmann::json plan;
   plan["format"] = kArtifactFormat;
   plan["target"] = target_;
   plan["hash"] = hash_;
   plan["code_hash"] = code_hash_;
   plan["units"] = units_;
+  plan["layout_block"] = mod_.layout_block;
   plan["kernels_checksum"] = so_path_.empty() ? "" : file_checksum((fs::path(dir) / "kernels.so").string());
+  if (cross_) {
+    plan["kind"] = "standalone";
+    plan["program_checksum"] = file_checksum((fs::path(dir) / "model").string());
+    plan["weights_checksum"] = file_checksum((fs::path(dir) / "weights.bin").string());
+  }
   nlohmann::json blocks = nlohmann::json::array();
   for (auto& b : plan_.blocks) {
     std::vector<std::string> mem;
@@ -370,7 +465,9 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   for (NodeId id : g.node_ids())
     if (g.node(id).op_type == "Constant") fp.constants.push_back(id);
   m->plan_ = fp;
-  m->mod_ = lower_module(g, fp);
+  LowerOptions lo;
+  lo.layout_block = plan.value("layout_block", 0);
+  m->mod_ = lower_module(g, fp, lo);
   // The lowering must reproduce the stages the library was generated for.
   std::vector<std::string> stages;
   for (auto& s : m->mod_.stages) stages.push_back(s.name + ":" + stage_kind_name(s.kind));
@@ -382,6 +479,22 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
     for (auto& u : emit_cpp(m->mod_, plan.value("units", 1))) all += u.code;
     if (content_hash(all) != plan.value("code_hash", ""))
       fail(ErrorKind::Io, "artifact '" + dir + "' is stale: it was generated by another version of nnfuse's code generator (rebuild it with nnfuse compile)");
+  }
+  if (plan.value("kind", "") == "standalone") {
+    // A standalone program (kernels/cross_run.h): runs natively on its CPU, else under an emulator.
+    for (auto [file, key] : {std::pair<const char*, const char*>{"model", "program_checksum"}, {"weights.bin", "weights_checksum"}}) {
+      std::string p = (d / file).string();
+      if (!fs::exists(p)) fail(ErrorKind::Io, "artifact '" + dir + "' lacks " + file);
+      if (file_checksum(p) != plan.value(key, ""))
+        fail(ErrorKind::Io, "artifact '" + dir + "': " + file + " is corrupt (checksum mismatch); rebuild it with nnfuse compile");
+    }
+    check_standalone(m->mod_, m->target_);
+    m->cross_ = true;
+    m->program_ = (d / "model").string();
+    m->program_weights_ = (d / "weights.bin").string();
+    m->pool_ = std::make_unique<ThreadPool>(threads);
+    m->build_info_ = {{"artifact", dir}, {"hash", m->hash_}, {"program", m->program_}};
+    return m;
   }
   bool any_gen = false;
   for (auto& s : m->mod_.stages) any_gen |= s.kind != StageKind::Fallback;

@@ -39,7 +39,9 @@ class CpuModel {
   // Loads an artifact written by save(): no compiler is needed.
   static std::unique_ptr<CpuModel> load(const std::string& dir, int threads = 0);
   // Writes the deployable artifact: kernels.so, model.onnx (the optimized graph and its weights),
-  // plan.json (fusion blocks by node name, target, hash, memory plan).
+  // plan.json (fusion blocks by node name, target, hash, memory plan). For a cross target
+  // (arm-neon on x86: kernels/cross_run.h) the standalone program `model` and its weights.bin
+  // replace kernels.so.
   void save(const std::string& dir) const;
 
   TensorMap run(const TensorMap& feeds) const;
@@ -67,7 +69,11 @@ class CpuModel {
   std::string so_path_, hash_;
   std::string code_hash_;  // of the emitted sources: an artifact is stale when they differ
   int units_ = 1;
-  bool cross_ = false;  // built for another CPU: saved, never run here
+  bool cross_ = false;  // built for another CPU: a standalone program run under an emulator
+  std::string program_;                  // cross: the static executable (cache or artifact)
+  mutable std::string program_weights_;  // cross: its weights file (written on first run)
+  mutable std::string weights_tmp_dir_;  // cross: where that file was written (removed at the end)
+  TensorMap run_cross(const TensorMap& feeds) const;
   std::unique_ptr<SharedObject> so_;
   std::vector<nnfuse_stage_fn> fns_;  // per stage; null for fallback stages
   std::vector<void*> prepared_;       // per buffer: data made by a stage's prepare entry point

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "graph/error.h"
+#include "kernels/emit_kernel_ops.h"
 
 namespace nnfuse {
 
@@ -37,7 +38,9 @@ struct StageEmitter {
 
   std::string off_fn(const IndexMap& map, int tag) {
     std::string fn = "off_" + st.name + "_" + std::to_string(tag);
-    pre << "static inline int64_t " << fn << "(int64_t r, int64_t c) {\n";
+    // ctx and B: a Gather step reads its index buffer and reports an index out of range.
+    pre << "static inline int64_t " << fn << "(const nnfuse_exec_ctx* ctx, void* const* B, int64_t r, int64_t c) {\n";
+    pre << "  (void)ctx; (void)B;\n";
     pre << "  int64_t e = r * " << i64(st.width) << " + c;\n";
     const Shape& d = map.domain;
     std::string cur = "a0";
@@ -51,7 +54,11 @@ struct StageEmitter {
       std::string nxt = "a" + std::to_string(++n);
       pre << "  int64_t " << nxt << "[" << std::max<size_t>(s.to.size(), 1) << "] = {0};\n";
       if (s.kind == IndexStep::Offset) {
-        for (size_t k = 0; k < s.to.size(); ++k) pre << "  " << nxt << "[" << k << "] = " << cur << "[" << k << "] + " << i64(s.off[k]) << ";\n";
+        for (size_t k = 0; k < s.to.size(); ++k)
+          pre << "  " << nxt << "[" << k << "] = " << cur << "[" << k << "]" << (s.stride.empty() ? "" : " * " + i64(s.stride[k])) << " + "
+              << i64(s.off[k]) << ";\n";
+      } else if (s.kind == IndexStep::Gather) {
+        emit_gather_step(pre, s, cur, nxt);
       } else if (s.kind == IndexStep::Select) {
         for (size_t k = 0; k < s.to.size(); ++k)
           if (s.src[k] >= 0) pre << "  " << nxt << "[" << k << "] = " << cur << "[" << s.src[k] << "];\n";
@@ -72,10 +79,40 @@ struct StageEmitter {
 
   std::string offset_expr(const IndexMap& map, const Access& a, int tag) {
     if (a.affine) return (a.base ? i64(a.base) + " + " : std::string()) + "r * " + i64(a.row_stride) + " + c * " + i64(a.col_stride);
-    return off_fn(map, tag) + "(r, c)";
+    return off_fn(map, tag) + "(ctx, B, r, c)";
   }
 
   std::string buf(int b) { return "b" + std::to_string(b); }
+
+  // The element type of a buffer a generated stage touches. Expressions compute in float:
+  // integer/bool buffers are converted on load and store (lowering admits them only where that
+  // is exact or is the Cast itself: lower_data_movement.cpp).
+  std::string c_type(DType dt) const {
+    switch (dt) {
+      case DType::Float32: return "float";
+      case DType::Int64: return "int64_t";
+      case DType::Int32: return "int32_t";
+      case DType::Int16: return "int16_t";
+      case DType::Int8: return "int8_t";
+      case DType::UInt64: return "uint64_t";
+      case DType::UInt32: return "uint32_t";
+      case DType::UInt16: return "uint16_t";
+      case DType::UInt8:
+      case DType::Bool: return "uint8_t";
+      default: fail(ErrorKind::Unsupported, "emitter: stage " + st.name + " touches a " + dtype_name(dt) + " buffer");
+    }
+  }
+
+  // to[axis] = the index read at the linearized from[axis .. axis + q) (negative: from the end).
+  void emit_gather_step(std::ostringstream& o, const IndexStep& s, const std::string& cur, const std::string& nxt) {
+    const size_t axis = size_t(s.axis), q = size_t(s.q);
+    o << "  { int64_t l = 0;\n";
+    for (size_t k = axis; k < axis + q; ++k) o << "    l = l * " << i64(s.from[k]) << " + " << cur << "[" << k << "];\n";
+    o << "    " << nxt << "[" << axis << "] = nf::wrap_index(ctx, int64_t(static_cast<const " << c_type(m.buffers[size_t(s.index_buffer)].dtype)
+      << "*>(B[" << s.index_buffer << "])[l]), " << i64(s.to[axis]) << ");\n  }\n";
+    for (size_t k = 0; k < axis; ++k) o << "  " << nxt << "[" << k << "] = " << cur << "[" << k << "];\n";
+    for (size_t k = axis + 1; k < s.to.size(); ++k) o << "  " << nxt << "[" << k << "] = " << cur << "[" << k + q - 1 << "];\n";
+  }
 
   void declare_buffers() {
     std::set<int> used;
@@ -85,7 +122,10 @@ struct StageEmitter {
     for (int b : st.anchor_inputs)
       if (b >= 0) used.insert(b);
     if (st.anchor_output >= 0) used.insert(st.anchor_output);
-    for (int b : used) body << "  float* " << buf(b) << " = static_cast<float*>(B[" << b << "]);\n";
+    for (int b : used) {
+      const std::string t = c_type(m.buffers[size_t(b)].dtype);
+      body << "  " << t << "* " << buf(b) << " = static_cast<" << t << "*>(B[" << b << "]);\n";
+    }
     body << "  (void)B;\n";
   }
 
@@ -98,6 +138,10 @@ struct StageEmitter {
       auto a = [&](size_t k) { return "e" + std::to_string(e.args[k]); };
       switch (e.kind) {
         case Expr::Load: {
+          if (st.layout_block > 0) {
+            o << blocked_access(e.access, "nnfuse::mk::nchwc_load", buf(e.buffer)) << ")";
+            break;
+          }
           int K = e.access.affine && e.access.col_stride == 0 ? 0 : 1;
           o << "nf::ld<V, " << K << ">(" << buf(e.buffer) << " + " << offset_expr(e.map, e.access, int(i)) << ")";
           break;
@@ -112,6 +156,7 @@ struct StageEmitter {
             o << "nf::op_" << e.op << "<V>(" << a(0) << ")";
           break;
         case Expr::Binary: o << "nf::op_" << e.op << "<V>(" << a(0) << ", " << a(1) << ")"; break;
+        case Expr::Where: o << "nf::op_Where<V>(" << a(0) << ", " << a(1) << ", " << a(2) << ")"; break;
       }
       o << ";\n    (void)" << n << ";\n";
     }
@@ -121,14 +166,37 @@ struct StageEmitter {
     for (size_t i = 0; i < st.stores.size(); ++i) {
       if (int(i) == skip) continue;
       const Store& s = st.stores[i];
+      if (st.layout_block > 0) {
+        o << "    " << blocked_access(s.access, "nnfuse::mk::nchwc_store", buf(s.buffer)) << ", e" << s.expr << ");\n";
+        continue;
+      }
       o << "    nf::st<V>(" << buf(s.buffer) << " + " << offset_expr(s.map, s.access, 1000 + int(i)) << ", e" << s.expr << ");\n";
     }
+  }
+
+  // Blocked view (Stage::layout_block, lowering/layout.cpp): row r = n*Cb + cb, col c = pixel*BLK +
+  // lane. The pixel decomposition is per call (per vector), not per element.
+  void blocked_prelude(std::ostringstream& o) {
+    if (st.layout_block <= 0) return;
+    const int64_t blk = st.layout_block, C = st.driver[1], Cb = (C + blk - 1) / blk, OW = st.driver[3];
+    o << "    const int64_t n_ = r / " << i64(Cb) << ", cb_ = r % " << i64(Cb) << ", s_ = c / " << i64(blk) << ", oh_ = s_ / "
+      << i64(OW) << ", ow_ = s_ % " << i64(OW) << ", lane_ = c % " << i64(blk) << ";\n";
+    o << "    const int64_t nv_ = std::min<int64_t>(" << i64(blk) << ", " << i64(C) << " - cb_ * " << i64(blk) << ");\n";
+    o << "    (void)n_; (void)cb_; (void)oh_; (void)ow_; (void)lane_; (void)nv_;\n";
+  }
+  // "fn<V, lane stride>(buffer + offset of lane 0, lane, valid lanes" (the caller closes the call).
+  std::string blocked_access(const Access& a, const char* fn, const std::string& b) {
+    std::ostringstream o;
+    o << fn << "<V, " << a.blane << ">(" << b << " + n_ * " << i64(a.bn) << " + cb_ * " << i64(a.bcb) << " + oh_ * " << i64(a.bh)
+      << " + ow_ * " << i64(a.bw) << ", lane_, " << (a.masked ? std::string("nv_") : i64(st.layout_block));
+    return o.str();
   }
 
   std::string elementwise() {
     body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
     declare_buffers();
     body << "  auto body = [&](auto tag, int64_t r, int64_t c) {\n    using V = decltype(tag);\n    (void)r; (void)c;\n";
+    blocked_prelude(body);
     emit_exprs(body, false);
     emit_stores(body, -1);
     body << "  };\n";
@@ -142,11 +210,49 @@ struct StageEmitter {
     return it->second;
   }
 
+  // Conv / pooling in NCHW<BLK>c (kernels/microkernels/conv_nchwc.h). The block must be the
+  // compiled vector width: a mismatch (lowered for one target, compiled for another) fails to build.
+  void blocked_anchor(const std::string& x, const std::string& y) {
+    const int64_t blk = st.layout_block;
+    body << "  static_assert(nf::L == " << blk << ", \"stage lowered for NCHW" << blk << "c\");\n";
+    auto geometry = [&](const char* arg) {
+      body << "  " << arg << ".N = " << ip("N") << "; " << arg << ".C = " << ip("C") << "; " << arg << ".H = " << ip("H") << "; " << arg
+           << ".W = " << ip("W") << "; " << arg << ".OH = " << ip("OH") << "; " << arg << ".OW = " << ip("OW") << ";\n";
+      body << "  " << arg << ".KH = " << ip("KH") << "; " << arg << ".KW = " << ip("KW") << "; " << arg << ".stride_h = " << ip("SH") << "; "
+           << arg << ".stride_w = " << ip("SW") << "; " << arg << ".pad_top = " << ip("PH") << "; " << arg << ".pad_left = " << ip("PW")
+           << "; " << arg << ".dil_h = " << ip("DH") << "; " << arg << ".dil_w = " << ip("DW") << ";\n";
+    };
+    if (st.anchor_op == "Conv") {
+      const int64_t G = ip("G"), K = ip("CO"), Cg = ip("C") / G;
+      const std::string packed = "nnfuse::mk::PackedConvNchwc";
+      pre << "extern \"C\" void* " << stage_symbol(st) << "_prepare(void* const* B) {\n"
+          << "  auto* p = new " << packed << "();\n"
+          << "  p->pack(static_cast<const float*>(B[" << st.anchor_inputs[1] << "]), " << K << ", " << Cg << ", " << ip("KH") << ", "
+          << ip("KW") << ", " << blk << ");\n  return p;\n}\n"
+          << "extern \"C\" void " << stage_symbol(st) << "_release(void* p) { delete static_cast<" << packed << "*>(p); }\n";
+      body << "  nnfuse::mk::ConvNchwcArgs a;\n";
+      geometry("a");
+      body << "  a.K = " << K << "; a.depthwise = " << (G > 1 ? "true" : "false") << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false")
+           << ";\n";
+      body << "  a.x = " << x << "; a.y = " << y << "; a.w = static_cast<const " << packed << "*>(B[" << st.prepared << "])->w.data();\n";
+      body << "  nnfuse::mk::conv2d_nchwc<nf::A>(a, ep, par);\n";
+    } else if (st.anchor_op == "Pool") {
+      body << "  nnfuse::mk::PoolNchwcArgs a;\n";
+      geometry("a");
+      body << "  a.pad_bottom = " << ip("PH1") << "; a.pad_right = " << ip("PW1") << "; a.is_max = " << (ip("MAX") ? "true" : "false")
+           << "; a.count_include_pad = " << (ip("CIP") ? "true" : "false") << ";\n";
+      body << "  a.x = " << x << "; a.y = " << y << ";\n  nnfuse::mk::pool2d_nchwc<nf::A>(a, ep, par);\n";
+    } else {
+      fail(ErrorKind::Unsupported, "emitter: no blocked-layout code for anchor " + st.anchor_op + " (stage " + st.name + ")");
+    }
+  }
+
   std::string anchor() {
     body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
     declare_buffers();
     body << "  nf::Par par{ctx};\n  (void)par;\n";
     body << "  auto body = [&](auto v, int64_t r, int64_t c) {\n    using V = decltype(v);\n    (void)r; (void)c;\n";
+    blocked_prelude(body);
     emit_exprs(body, true);
     emit_stores(body, st.primary_store);
     if (st.primary_store >= 0) body << "    return e" << st.stores[size_t(st.primary_store)].expr << ";\n";
@@ -157,7 +263,9 @@ struct StageEmitter {
     std::string y = buf(st.anchor_output);
     auto in = [&](size_t k) { return buf(st.anchor_inputs.at(k)); };
     const std::string& op = st.anchor_op;
-    if (op == "MatMul" || op == "Gemm") {
+    if (st.layout_block > 0) {
+      blocked_anchor(in(0), y);
+    } else if (op == "MatMul" || op == "Gemm") {
       int64_t M = ip("M"), N = ip("N"), K = ip("K"), batch = ip("batch");
       const auto& ao = st.vparams.at("a_off");
       const auto& bo = st.vparams.at("b_off");
@@ -214,6 +322,10 @@ struct StageEmitter {
       body << "  nf::pool2d(ctx, " << in(0) << ", " << y;
       for (auto k : {"N", "C", "H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW", "PH1", "PW1", "DH", "DW"}) body << ", " << i64(ip(k));
       body << ", " << (ip("MAX") ? "true" : "false") << ", " << (ip("CIP") ? "true" : "false") << ", ep);\n";
+    } else if (op == "Softmax" && st.iparams.count("inner") && ip("inner") > 1) {
+      // Over a non-last axis: rows of the [outer, n, inner] view, vectorised along inner.
+      body << "  nf::softmax_axis(ctx, " << in(0) << ", " << y << ", " << i64(ip("outer")) << ", "
+           << i64(ip("n")) << ", " << i64(ip("inner")) << ", ep);\n";
     } else if (op == "Softmax") {
       body << "  nf::softmax(ctx, " << in(0) << ", " << y << ", " << i64(ip("rows")) << ", " << i64(ip("n")) << ", ep);\n";
     } else if (op == "LayerNormalization") {
@@ -236,7 +348,18 @@ std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
   std::vector<const Stage*> gen;
   for (auto& s : m.stages)
     if (s.kind != StageKind::Fallback) gen.push_back(&s);
-  int units = std::max(1, std::min<int>(max_units, int(gen.size())));
+  // Anchors instantiate microkernel templates and cost most to compile.
+  auto compile_cost = [](const Stage& s) {
+    if (s.kind != StageKind::Anchor) return 1.0;
+    return s.anchor_op == "Conv" || s.anchor_op == "MatMul" || s.anchor_op == "Gemm" || s.anchor_op == "LSTM" ? 10.0 : 3.0;
+  };
+  // Every unit pays a fixed price (compiler start, loading the precompiled support header: about
+  // 0.15 s CPU, twice an elementwise stage's own cost), so a unit gets at least kMinUnitCost of
+  // work: small models compile as one or two units, large ones still spread over max_units.
+  constexpr double kMinUnitCost = 4;
+  double total_cost = 0;
+  for (const Stage* s : gen) total_cost += compile_cost(*s);
+  int units = std::max(1, std::min<int>(max_units, int(std::ceil(total_cost / kMinUnitCost))));
   std::vector<SourceUnit> out(static_cast<size_t>(units));
   std::vector<double> load(static_cast<size_t>(units), 0.0);
   for (int u = 0; u < units; ++u) {
@@ -244,13 +367,12 @@ std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
     out[size_t(u)].code = "// Generated by nnfuse: do not edit.\n#include \"gen_support.h\"\n\n";
   }
   for (const Stage* s : gen) {
-    // Anchors instantiate microkernel templates and cost most to compile.
-    double cost = s->kind == StageKind::Anchor ? (s->anchor_op == "Conv" || s->anchor_op == "MatMul" || s->anchor_op == "Gemm" ? 10 : 3) : 1;
+    double cost = compile_cost(*s);
     size_t u = size_t(std::min_element(load.begin(), load.end()) - load.begin());
     load[u] += cost;
     StageEmitter se(m, *s);
     out[u].code += "// stage " + s->name + " (" + stage_kind_name(s->kind) + (s->anchor_op.empty() ? "" : " " + s->anchor_op) + ")\n";
-    out[u].code += s->kind == StageKind::Anchor ? se.anchor() : se.elementwise();
+    out[u].code += is_kernel_op_stage(*s) ? emit_kernel_op_stage(*s) : s->kind == StageKind::Anchor ? se.anchor() : se.elementwise();
     out[u].code += "\n";
     out[u].symbols.push_back(stage_symbol(*s));
   }

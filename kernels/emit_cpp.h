@@ -19,7 +19,8 @@ struct SourceUnit {
 std::string stage_symbol(const Stage& s);
 
 // Emits the generated stages of a module (Fallback stages have no code) into at most `max_units`
-// translation units (stages are spread round-robin by estimated cost).
+// translation units (stages are spread by estimated compile cost; fewer units when the total cost
+// is small, since each unit has a fixed compile price).
 std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units);
 
 }  // namespace nnfuse

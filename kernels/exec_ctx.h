@@ -12,6 +12,9 @@ struct nnfuse_exec_ctx {
   // Calls fn(arg, begin, end) over disjoint chunks covering [0, n); returns when all are done.
   void (*parallel_for)(void* pool, int64_t n, nnfuse_range_fn fn, void* arg);
   int threads;
+  // Set to non-zero by a stage that met bad data (a Gather index out of range); the runtime
+  // reports it after the stage. May be null (then such stages clamp silently).
+  int32_t* status;
 };
 typedef void (*nnfuse_stage_fn)(const nnfuse_exec_ctx* ctx, void* const* buffers);
 }

@@ -11,6 +11,7 @@
 
 #include "exec_ctx.h"
 #include "microkernels/conv.h"
+#include "microkernels/conv_nchwc.h"
 #include "microkernels/gemm.h"
 #include "microkernels/math.h"
 
@@ -53,6 +54,39 @@ inline void st(float* p, const V& v) {
 }
 template <class V>
 inline V cst(float c) { return V(c); }
+
+// Integer and bool buffers: converted to float on load and from float on store (the values a
+// lowering lets through are exact: Cast results, comparisons, bools; or the Cast to float itself).
+template <class V, int K, class T>
+inline V ld(const T* p) {
+  if constexpr (!is_vec<V>) return float(*p);
+  else if constexpr (K == 0) return V(float(*p));
+  else {
+    alignas(64) float t[V::size];
+    for (size_t l = 0; l < V::size; ++l) t[l] = float(p[l]);
+    return V::load_aligned(t);
+  }
+}
+template <class V, class T>
+inline void st(T* p, const V& v) {
+  if constexpr (!is_vec<V>) *p = T(v);
+  else {
+    alignas(64) float t[V::size];
+    v.store_aligned(t);
+    for (size_t l = 0; l < V::size; ++l) p[l] = T(t[l]);
+  }
+}
+
+// A Gather index: negative counts from the end; out of range is reported through the context
+// (the runtime turns it into an error naming the stage) and reads element 0 instead.
+inline int64_t wrap_index(const nnfuse_exec_ctx* ctx, int64_t i, int64_t n) {
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) {
+    if (ctx && ctx->status) __atomic_store_n(ctx->status, 1, __ATOMIC_RELAXED);
+    return 0;
+  }
+  return i;
+}
 
 template <class V, class M>
 inline V sel(const M& m, const V& a, const V& b) {
@@ -121,6 +155,32 @@ template <class V> inline V op_Pow(const V& a, const V& b) {
   else return xsimd::pow(a, b);
 }
 template <class V> inline V op_PRelu(const V& x, const V& s) { return sel(x < V(0.f), x * s, x); }
+
+// ---- selection, comparisons and logic: bools are float 0 / 1 ----
+template <class V> inline V b2f(const V& a, const V& b, bool lt, bool eq, bool gt) {
+  V r(0.f);
+  if (lt) r = sel(a < b, V(1.f), r);
+  if (eq) r = sel(a == b, V(1.f), r);
+  if (gt) r = sel(a > b, V(1.f), r);
+  return r;
+}
+template <class V> inline V op_Where(const V& c, const V& x, const V& y) { return sel(c != V(0.f), x, y); }
+template <class V> inline V op_Equal(const V& a, const V& b) { return b2f(a, b, false, true, false); }
+template <class V> inline V op_Less(const V& a, const V& b) { return b2f(a, b, true, false, false); }
+template <class V> inline V op_LessOrEqual(const V& a, const V& b) { return b2f(a, b, true, true, false); }
+template <class V> inline V op_Greater(const V& a, const V& b) { return b2f(a, b, false, false, true); }
+template <class V> inline V op_GreaterOrEqual(const V& a, const V& b) { return b2f(a, b, false, true, true); }
+template <class V> inline V op_And(const V& a, const V& b) { return sel(a != V(0.f), sel(b != V(0.f), V(1.f), V(0.f)), V(0.f)); }
+template <class V> inline V op_Or(const V& a, const V& b) { return sel(a != V(0.f), V(1.f), sel(b != V(0.f), V(1.f), V(0.f))); }
+// Mask inequality, not operator^: xsimd 8.1's batch_bool ^ on AVX-512 masks computes OR (1^1 gave 1;
+// the ONNX node tests test_xor* caught it on host).
+template <class V> inline V op_Xor(const V& a, const V& b) { return sel((a != V(0.f)) != (b != V(0.f)), V(1.f), V(0.f)); }
+template <class V> inline V op_Not(const V& a) { return sel(a != V(0.f), V(0.f), V(1.f)); }
+template <class V> inline V op_NotZero(const V& a) { return sel(a != V(0.f), V(1.f), V(0.f)); }  // Cast to bool
+template <class V> inline V op_Trunc(const V& x) {  // Cast float -> integer (toward zero)
+  if constexpr (!is_vec<V>) return std::trunc(x);
+  else return xsimd::trunc(x);
+}
 
 // ---- loops ----
 // body(tag, r, c) computes elements (r, c..c+L-1) for tag = VF, (r, c) for tag = float.
@@ -226,6 +286,38 @@ inline void softmax(const nnfuse_exec_ctx* ctx, const float* x, float* y, int64_
       for (c = 0; c + L <= n; c += L) (VF::load_unaligned(t.data() + c) * VF(inv)).store_unaligned(t.data() + c);
       for (; c < n; ++c) t[size_t(c)] *= inv;
       store_row(y + r * n, t.data(), n, r, ep);
+    }
+  });
+}
+
+// Softmax of x viewed as [outer, n, inner] over n (a non-last axis), vectorised along inner.
+// ep rows: o * n + k, cols: i (the output viewed as [outer * n, inner]).
+template <class Ep>
+inline void softmax_axis(const nnfuse_exec_ctx* ctx, const float* x, float* y, int64_t outer, int64_t n, int64_t inner, const Ep& ep) {
+  const int64_t chunks = (inner + L - 1) / L;
+  Par{ctx}(outer * chunks, [&](int64_t b, int64_t e) {
+    std::vector<float> t(size_t(n * L));
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t o = task / chunks, i0 = (task % chunks) * L;
+      const float* xo = x + o * n * inner;
+      float* yo = y + o * n * inner;
+      auto run = [&](auto tag, int64_t i) {
+        using V = decltype(tag);
+        constexpr int64_t W = is_vec<V> ? L : 1;
+        V mx(-std::numeric_limits<float>::infinity());
+        for (int64_t k = 0; k < n; ++k) mx = vmax(ld<V, 1>(xo + k * inner + i), mx);
+        V s(0.f);
+        for (int64_t k = 0; k < n; ++k) {
+          V ev = nnfuse::mk::vexp(ld<V, 1>(xo + k * inner + i) - mx);
+          st<V>(t.data() + k * W, ev);
+          s += ev;
+        }
+        V inv = V(1.f) / s;
+        for (int64_t k = 0; k < n; ++k) st<V>(yo + k * inner + i, ep(ld<V, 1>(t.data() + k * W) * inv, o * n + k, i));
+      };
+      if (i0 + L <= inner) run(VF{}, i0);
+      else
+        for (int64_t i = i0; i < inner; ++i) run(float{}, i);
     }
   });
 }

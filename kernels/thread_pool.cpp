@@ -112,6 +112,7 @@ nnfuse_exec_ctx ThreadPool::ctx() {
   c.pool = this;
   c.parallel_for = [](void* pool, int64_t n, nnfuse_range_fn fn, void* arg) { static_cast<ThreadPool*>(pool)->parallel_for(n, fn, arg); };
   c.threads = threads_;
+  c.status = nullptr;
   return c;
 }
 

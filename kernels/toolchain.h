@@ -20,6 +20,9 @@ struct ToolchainOptions {
   std::string compiler;          // "" = $NNFUSE_CXX or g++ (aarch64-linux-gnu-g++ for arm-neon off Arm)
   // Called after each translation unit compiles (done, total); calls are serialised.
   std::function<void(size_t done, size_t total)> progress;
+  // Link the units into a static executable (<hash>.exe; one unit defines main) instead of a
+  // shared object: the standalone programs of cross targets (kernels/cross_run.h).
+  bool static_executable = false;
 };
 
 // Compiler flags for a target (ISA flags included); "host" resolves to the running CPU.
@@ -37,10 +40,13 @@ struct BuildResult {
   bool cache_hit = false;
   bool rebuilt_corrupt = false;  // a cache entry existed but failed its check
   double ms = 0;                 // wall time of the whole step (lookup, compile, link)
+  // Precompiled support header for this build: "used", "built" (first build with these flags),
+  // "off ..." (NNFUSE_PCH=0 or it could not be made); "" on a cache hit (nothing compiled).
+  std::string pch;
   std::vector<std::string> commands;
 };
 
-// Builds (or finds in the cache) the shared object for these units.
+// Builds (or finds in the cache) the shared object (or static executable) for these units.
 BuildResult build_shared_object(const std::vector<SourceUnit>& units, const ToolchainOptions& o);
 
 // A loaded shared object; dlclose on destruction.

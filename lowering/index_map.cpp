@@ -10,7 +10,7 @@ namespace nnfuse {
 bool IndexMap::is_identity() const {
   for (auto& s : steps) {
     if (s.kind == IndexStep::Reshape && s.from != s.to) return false;
-    if (s.kind == IndexStep::Offset) return false;
+    if (s.kind == IndexStep::Offset || s.kind == IndexStep::Gather) return false;
     if (s.kind == IndexStep::Select) {
       if (s.from.size() != s.to.size()) return false;
       for (size_t k = 0; k < s.src.size(); ++k)
@@ -20,10 +20,18 @@ bool IndexMap::is_identity() const {
   return codomain() == domain;
 }
 
+std::vector<int> IndexMap::index_buffers() const {
+  std::vector<int> r;
+  for (auto& s : steps)
+    if (s.kind == IndexStep::Gather) r.push_back(s.index_buffer);
+  return r;
+}
+
 std::vector<int64_t> IndexMap::apply(std::vector<int64_t> idx) const {
   for (auto& s : steps) {
+    if (s.kind == IndexStep::Gather) fail(ErrorKind::Invalid, "index map " + str() + " depends on data: it has no static offsets");
     if (s.kind == IndexStep::Offset) {
-      for (size_t k = 0; k < idx.size(); ++k) idx[k] += s.off[k];
+      for (size_t k = 0; k < idx.size(); ++k) idx[k] = idx[k] * (s.stride.empty() ? 1 : s.stride[k]) + s.off[k];
     } else if (s.kind == IndexStep::Select) {
       std::vector<int64_t> out(s.to.size(), 0);
       for (size_t k = 0; k < s.to.size(); ++k) out[k] = s.src[k] < 0 ? 0 : idx[size_t(s.src[k])];
@@ -54,7 +62,9 @@ std::string IndexMap::str() const {
   std::string s = shape_str(domain);
   for (auto& st : steps) {
     if (st.kind == IndexStep::Offset) {
-      s += "->O(" + shape_str(st.off) + ")" + shape_str(st.to);
+      s += "->O(" + shape_str(st.off) + (st.stride.empty() ? "" : "*" + shape_str(st.stride)) + ")" + shape_str(st.to);
+    } else if (st.kind == IndexStep::Gather) {
+      s += "->G(" + std::to_string(st.axis) + "," + std::to_string(st.q) + ",b" + std::to_string(st.index_buffer) + ")" + shape_str(st.to);
     } else if (st.kind == IndexStep::Reshape) {
       s += "->R" + shape_str(st.to);
     } else {
@@ -68,23 +78,43 @@ std::string IndexMap::str() const {
 
 namespace {
 
-// For a Select-only map: offset = sum_k coef[k] * idx[k] over the domain.
-bool linear_coefs(const IndexMap& m, std::vector<int64_t>& coef) {
+// For a map of Select and Offset steps: offset = base + sum_k coef[k] * idx[k] over the domain.
+bool linear_coefs(const IndexMap& m, std::vector<int64_t>& coef, int64_t& base) {
   size_t rank = m.domain.size();
-  // Each codomain dim as a domain dim (or constant 0).
+  // Each codomain dim as scale * (a domain dim, or none) + constant.
   std::vector<int> pick(rank);
   std::iota(pick.begin(), pick.end(), 0);
+  std::vector<int64_t> scale(rank, 1), cst(rank, 0);
   for (auto& s : m.steps) {
+    if (s.kind == IndexStep::Offset) {
+      for (size_t k = 0; k < s.to.size(); ++k) {
+        int64_t st = s.stride.empty() ? 1 : s.stride[k];
+        scale[k] *= st;
+        cst[k] = cst[k] * st + s.off[k];
+      }
+      continue;
+    }
     if (s.kind != IndexStep::Select) return false;
     std::vector<int> np(s.to.size(), -1);
-    for (size_t k = 0; k < s.to.size(); ++k) np[k] = s.src[k] < 0 ? -1 : pick[size_t(s.src[k])];
+    std::vector<int64_t> ns(s.to.size(), 1), nc(s.to.size(), 0);
+    for (size_t k = 0; k < s.to.size(); ++k)
+      if (s.src[k] >= 0) {
+        np[k] = pick[size_t(s.src[k])];
+        ns[k] = scale[size_t(s.src[k])];
+        nc[k] = cst[size_t(s.src[k])];
+      }
     pick = std::move(np);
+    scale = std::move(ns);
+    cst = std::move(nc);
   }
   Shape cod = m.codomain();
   std::vector<int64_t> strides = shape_strides(cod);
   coef.assign(rank, 0);
-  for (size_t k = 0; k < pick.size(); ++k)
-    if (pick[k] >= 0 && cod[k] > 1) coef[size_t(pick[k])] += strides[k];
+  base = 0;
+  for (size_t k = 0; k < pick.size(); ++k) {
+    base += cst[k] * strides[k];
+    if (pick[k] >= 0 && m.domain[size_t(pick[k])] > 1) coef[size_t(pick[k])] += scale[k] * strides[k];
+  }
   return true;
 }
 
@@ -120,8 +150,12 @@ Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
     a.affine = true;
     return a;
   }
+  // An index read from a buffer: no static pattern (the emitter computes it per element).
+  for (auto& s : m.steps)
+    if (s.kind == IndexStep::Gather) return a;
   std::vector<int64_t> coef;
-  if (linear_coefs(m, coef)) {
+  int64_t base = 0;
+  if (linear_coefs(m, coef, base)) {
     // Split the domain dims into the row part and the width part.
     size_t split = d.size();
     int64_t w = 1;
@@ -130,6 +164,7 @@ Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
       int64_t rs = 0, cs = 0;
       if (chain(coef, d, 0, split, rs) && chain(coef, d, split, d.size(), cs)) {
         a.affine = true;
+        a.base = base;
         a.row_stride = rs;
         a.col_stride = cs;
         return a;
@@ -157,6 +192,17 @@ Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
   a.row_stride = rs;
   a.col_stride = cs;
   return a;
+}
+
+IndexStep broadcast_step(const Shape& out, const Shape& in) {
+  IndexStep s;
+  s.kind = IndexStep::Select;
+  s.from = out;
+  s.to = in;
+  s.src.assign(in.size(), -1);
+  size_t lead = out.size() - in.size();
+  for (size_t k = 0; k < in.size(); ++k) s.src[k] = in[k] == 1 ? -1 : int(k + lead);
+  return s;
 }
 
 }  // namespace nnfuse

@@ -44,17 +44,29 @@ struct KBuffer {
   bool dynamic = false;     // shape known only at run time (data-dependent): fallback stages only
   int prepared_by = -1;     // a slot filled at load time by that stage's prepare entry point
                             // (e.g. GEMM weights packed once); no storage of its own
+  int layout_block = 0;     // 0: row-major (NCHW). c > 0: a 4-D [N, C, H, W] activation stored
+                            // blocked NCHW<c>c, i.e. [N, ceil(C/c), H, W, c] (lowering/layout.cpp)
+  // A capacity buffer (NonMaxSuppression's selected rows): `shape` is a static upper bound of a
+  // data-dependent leading dim; the stage writing it stores the actual row count as one int64
+  // in buffer `row_count` (kind Output, so it outlives the arena), and readers use that many rows.
+  int row_count = -1;
 };
 
 // One step of an index map, taking a multi-index over `from` to one over `to`.
 //   Select   to[k] = src[k] < 0 ? 0 : from[src[k]]   (broadcast, transpose, dim insertion)
 //   Reshape  to = unlinearize(linearize(from, from_shape), to_shape)
-//   Affine   to[k] = from[k] * stride[k] + offset[k] (pooling windows, slices; unused for now)
+//   Offset   to[k] = from[k] * stride[k] + off[k] (Split/Concat windows, Slice; stride empty: 1)
+//   Gather   to = from with dims [axis, axis + q) replaced by one dim, read from an integer
+//            buffer: to[axis] = index[linearized from[axis .. axis + q)] (+ to[axis] if negative);
+//            an index out of range is reported at run time (Gather, lower_data_movement.cpp)
 struct IndexStep {
-  enum Kind { Select, Reshape, Offset } kind = Select;
+  enum Kind { Select, Reshape, Offset, Gather } kind = Select;
   Shape from, to;
   std::vector<int> src;      // Select
-  std::vector<int64_t> off;  // Offset: to[k] = from[k] + off[k] (a Split/Slice window)
+  std::vector<int64_t> off;  // Offset: to[k] = from[k] * stride[k] + off[k]
+  std::vector<int64_t> stride;
+  int axis = 0, q = 0;       // Gather: the data axis; the index buffer's rank
+  int index_buffer = -1;     // Gather: the integer buffer holding the indices (shape from[axis..axis+q))
 };
 
 struct IndexMap {
@@ -62,7 +74,8 @@ struct IndexMap {
   std::vector<IndexStep> steps;
   Shape codomain() const { return steps.empty() ? domain : steps.back().to; }
   bool is_identity() const;
-  std::vector<int64_t> apply(std::vector<int64_t> idx) const;
+  std::vector<int> index_buffers() const;  // buffers read by Gather steps (data-dependent maps)
+  std::vector<int64_t> apply(std::vector<int64_t> idx) const;  // throws on a Gather step
   int64_t offset(const std::vector<int64_t>& idx) const;  // row-major offset in codomain
   std::string str() const;
 };
@@ -72,10 +85,15 @@ struct IndexMap {
 struct Access {
   bool affine = false;
   int64_t base = 0, row_stride = 0, col_stride = 0;  // offset = base + r*row_stride + c*col_stride
+  // In a blocked stage (Stage::layout_block = c > 0, driver [N, C, H, W] viewed as rows n*Cb + cb,
+  // cols (h*W + w)*c + lane): offset = n*bn + cb*bcb + h*bh + w*bw + lane*blane; `masked` when
+  // the buffer is plain and lanes past C must not be touched.
+  bool blocked = false, masked = false;
+  int64_t bn = 0, bcb = 0, bh = 0, bw = 0, blane = 0;
 };
 
 struct Expr {
-  enum Kind { Load, Const, Unary, Binary, Clip, AnchorValue } kind = Const;
+  enum Kind { Load, Const, Unary, Binary, Clip, AnchorValue, Where } kind = Const;  // Where: args cond, x, y
   std::string op;          // Unary/Binary op name ("Relu", "Add", ...)
   std::vector<int> args;   // indices into the stage's expression pool
   int buffer = -1;         // Load
@@ -119,9 +137,13 @@ struct Stage {
   int anchor_output = -1;                // the buffer the anchor kernel writes (its own layout)
   int primary_store = -1;                // the store whose value the kernel writes there, or -1
                                          // (then anchor_output is scratch and stores scatter)
+  // Kernel-only anchors (LSTM, NonMaxSuppression: lowering/lower_kernel_ops.h) write these
+  // buffers directly, with no epilogue; -1 entries are absent optional outputs.
+  std::vector<int> kernel_outputs;
   // Fallback
   std::string fallback_reason;
   std::vector<int> inputs, outputs;      // buffers read / written (all kinds)
+  int layout_block = 0;                  // c > 0: runs in the blocked NCHW<c>c view (layout.cpp)
 };
 
 struct KernelModule {
@@ -138,6 +160,8 @@ struct KernelModule {
   int64_t arena_bytes = 0;        // peak activation memory (the arena)
   int64_t naive_bytes = 0;        // every activation in its own allocation
   int inplace_count = 0;
+  int layout_block = 0;            // the block size layouts were chosen with (0: NCHW forced)
+  int reorder_stores = 0;          // layout changes folded into stage loads/stores
   int buffer_id(const std::string& value) const;  // -1 if none
   nlohmann::json summary() const;
 };
@@ -145,6 +169,10 @@ struct KernelModule {
 struct LowerOptions {
   bool allow_inplace = true;
   bool fuse_epilogues = true;
+  // Channel block for the NCHW<c>c layout (the target's float vector width: 16 AVX-512, 8 AVX2,
+  // 4 NEON); 0 keeps every buffer NCHW. CpuModel resolves -1 from the target ($NNFUSE_LAYOUT=nchw
+  // forces 0); lower_module treats -1 as 0.
+  int layout_block = -1;
 };
 
 // Lowers an optimized graph (static shapes) and its fusion plan. Every block becomes stages;
@@ -154,6 +182,19 @@ KernelModule lower_module(const Graph& g, const FusionPlan& plan, const LowerOpt
 
 // A plan with one block per operator (used when no fusion plan exists).
 FusionPlan singleton_plan(const Graph& g);
+
+// Layout assignment (layout.cpp): after the stages exist and before the memory plan, picks per
+// activation buffer NCHW or NCHW<block>c and rewrites the stages that run blocked.
+void assign_layouts(KernelModule& mod, int block);
+// "NCHW" or "NCHW16c" for a buffer / a stage.
+std::string layout_name(int block);
+// The report's "layout" object: block size, blocked stages/buffers, folded reorders, and the
+// layout each fused block runs in.
+nlohmann::json layout_summary(const KernelModule& mod);
+
+// numpy broadcasting as an index step: output index over `out` -> input index over `in` (size-1
+// and missing leading dims read index 0).
+IndexStep broadcast_step(const Shape& out, const Shape& in);
 
 // Classifies a map over a rows x width view (exhaustive on the index space when needed).
 Access classify_access(const IndexMap& m, int64_t rows, int64_t width);

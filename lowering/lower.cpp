@@ -8,6 +8,8 @@
 #include "graph/error.h"
 #include "graph/op_registry.h"
 #include "lowering/kernel_ir.h"
+#include "lowering/lower_data_movement.h"
+#include "lowering/lower_kernel_ops.h"
 
 namespace nnfuse {
 
@@ -42,11 +44,17 @@ nlohmann::json KernelModule::summary() const {
   j["stages"] = stages.size();
   j["fallback_blocks"] = fallback_blocks;
   j["fallback_ops"] = fallback_ops;
+  // Why each fallback block could not be lowered (the first member that failed), so a report
+  // says what to lower next.
+  j["fallback_reasons"] = nlohmann::json::array();
+  for (auto& s : stages)
+    if (s.kind == StageKind::Fallback) j["fallback_reasons"].push_back({{"stage", s.name}, {"reason", s.fallback_reason}});
   j["generated_blocks"] = blocks - fallback_blocks;
   j["peak_activation_bytes"] = arena_bytes;
   j["naive_activation_bytes"] = naive_bytes;
   j["inplace_buffers"] = inplace_count;
   j["constant_blocks_folded"] = folded_blocks;
+  j["layout"] = layout_summary(*this);
   return j;
 }
 
@@ -93,6 +101,28 @@ const std::set<std::string> kAnchors = {"MatMul", "Gemm", "Conv", "MaxPool", "Av
 
 // Appends a step to a map, composing with the previous step where possible.
 IndexMap then(IndexMap m, IndexStep s) {
+  if (s.kind == IndexStep::Offset) {
+    // Windows compose (a Concat window read back through its inverse cancels out).
+    auto unit = [](const IndexStep& o) {
+      for (size_t k = 0; k < o.off.size(); ++k)
+        if (o.off[k] != 0 || (!o.stride.empty() && o.stride[k] != 1)) return false;
+      return o.from == o.to;
+    };
+    if (!m.steps.empty() && m.steps.back().kind == IndexStep::Offset) {
+      IndexStep& p = m.steps.back();
+      std::vector<int64_t> stride(s.to.size(), 1);
+      for (size_t k = 0; k < s.to.size(); ++k) {
+        int64_t s1 = p.stride.empty() ? 1 : p.stride[k], s2 = s.stride.empty() ? 1 : s.stride[k];
+        stride[k] = s1 * s2;
+        p.off[k] = p.off[k] * s2 + s.off[k];
+      }
+      p.stride = stride;
+      p.to = s.to;
+      if (unit(p)) m.steps.pop_back();
+      return m;
+    }
+    if (unit(s)) return m;
+  }
   if (s.kind == IndexStep::Reshape) {
     if (s.from == s.to) return m;
     // A reshape that only inserts or removes size-1 dims is a Select.
@@ -142,17 +172,6 @@ IndexMap then(IndexMap m, IndexStep s) {
   return m;
 }
 
-// numpy broadcasting: output index over `out` -> input index over `in`.
-IndexStep broadcast_step(const Shape& out, const Shape& in) {
-  IndexStep s;
-  s.kind = IndexStep::Select;
-  s.from = out;
-  s.to = in;
-  s.src.assign(in.size(), -1);
-  size_t off = out.size() - in.size();
-  for (size_t k = 0; k < in.size(); ++k) s.src[k] = in[k] == 1 ? -1 : int(k + off);
-  return s;
-}
 
 IndexStep select_step(const Shape& from, const Shape& to, std::vector<int> src) {
   IndexStep s;
@@ -256,6 +275,43 @@ struct Lowerer {
     int anchor_expr = -1;  // the anchor's value with its bias/scale folded in
   };
 
+  // Set while building a Cast-to-float operand (or a bool condition): integer/bool buffers load
+  // as float and data-movement members pass integer values through (lower_data_movement.h).
+  bool int_as_float = false;
+
+  // The expression builder as lower_data_movement.cpp sees it.
+  struct DMHost final : dm::ExprHost {
+    Lowerer& l;
+    StageBuilder& sb;
+    BlockCtx& bc;
+    DMHost(Lowerer& lw, StageBuilder& s, BlockCtx& b) : l(lw), sb(s), bc(b) {}
+    const Graph& graph() const override { return l.g; }
+    Shape shape_of(const std::string& v) override { return l.shape_of(v); }
+    const Tensor* constant(const std::string& v) override {
+      auto it = l.folded.find(v);
+      return it != l.folded.end() ? &it->second : l.g.constant_value(v);
+    }
+    int buffer_for(const std::string& v) override { return l.buffer_for(v); }
+    const KBuffer& buffer(int id) const override { return l.mod.buffers.at(size_t(id)); }
+    bool in_block(const std::string& v) const override { return bc.producer.count(v) && !bc.available.count(v); }
+    int expr_of(const std::string& v, const IndexMap& m) override { return l.expr_of(sb, bc, v, m); }
+    int expr_of_as_float(const std::string& v, const IndexMap& m) override {
+      bool was = l.int_as_float;
+      l.int_as_float = true;
+      try {
+        int r = l.expr_of(sb, bc, v, m);
+        l.int_as_float = was;
+        return r;
+      } catch (...) {
+        l.int_as_float = was;
+        throw;
+      }
+    }
+    int push(Expr e) override { return l.push(sb, std::move(e)); }
+    IndexMap then(const IndexMap& m, const IndexStep& s) const override { return nnfuse::then(m, s); }
+    [[noreturn]] void no_lowering(const Node& n, const std::string& why) const override { nnfuse::no_lowering(n, why); }
+  };
+
   int push(StageBuilder& sb, Expr e) {
     sb.st.exprs.push_back(std::move(e));
     return int(sb.st.exprs.size()) - 1;
@@ -263,7 +319,7 @@ struct Lowerer {
   int load(StageBuilder& sb, int buffer, const IndexMap& m) {
     const KBuffer& b = mod.buffers[size_t(buffer)];
     if (b.dynamic) throw NoLowering{"reads '" + b.value + "', whose shape depends on data", "dynamic-shape"};
-    if (b.dtype != DType::Float32) throw NoLowering{"loads " + std::string(dtype_name(b.dtype)) + " value '" + b.value + "'", "dtype"};
+    if (b.dtype != DType::Float32 && !int_as_float) throw NoLowering{"loads " + std::string(dtype_name(b.dtype)) + " value '" + b.value + "'", "dtype"};
     if (m.codomain() != b.shape) fail(ErrorKind::Invalid, "lowering: map " + m.str() + " does not reach buffer shape " + shape_str(b.shape));
     Expr e;
     e.kind = Expr::Load;
@@ -304,7 +360,7 @@ struct Lowerer {
 
   // The expression for value v at index map m (driver index -> v's index).
   int expr_of(StageBuilder& sb, BlockCtx& bc, const std::string& v, const IndexMap& m) {
-    std::string key = v + "@" + m.str();
+    std::string key = v + "@" + m.str() + (int_as_float ? "#f" : "");
     auto it = sb.memo.find(key);
     if (it != sb.memo.end()) return it->second;
     int r = expr_uncached(sb, bc, v, m);
@@ -324,7 +380,13 @@ struct Lowerer {
     }
     const Node& n = g.node(pit->second);
     if (n.op_type == "Constant") return load(sb, buffer_for(v), m);
-    if (g.type(v).dtype != DType::Float32) no_lowering(n, std::string("produces ") + dtype_name(g.type(v).dtype));
+    // Integer/bool values only where float holds them exactly (lower_data_movement.h).
+    if (g.type(v).dtype != DType::Float32 && !dm::exact_in_float(g, n) && !(int_as_float && dm::moves_data(n.op_type)))
+      no_lowering(n, std::string("produces ") + dtype_name(g.type(v).dtype));
+    {
+      DMHost h(*this, sb, bc);
+      if (auto r = dm::lower_expr(h, n, v, m)) return *r;
+    }
     Shape out = shape_of(v);
     auto in_expr = [&](size_t i) {
       const std::string& x = n.inputs.at(i);
@@ -350,11 +412,6 @@ struct Lowerer {
       }
       if (op == "Gelu" && n.attrs.get_string("approximate", "none") != "none") no_lowering(n, "approximate gelu");
       return unary(sb, op, a, p0, p1);
-    }
-    if (op == "Cast") {
-      if (DType(n.attrs.get_int("to", 0)) != DType::Float32 || g.type(n.inputs[0]).dtype != DType::Float32)
-        no_lowering(n, "non-float cast");
-      return in_expr(0);
     }
     if (kBinary.count(op)) {
       if (n.inputs.size() != 2) no_lowering(n, "not binary");
@@ -533,9 +590,11 @@ struct Lowerer {
 
   // Elementwise stages computing `values` (grouped by shape).
   void elementwise_stages(BlockCtx& bc, const std::vector<std::string>& values, std::vector<Stage>& out, const std::string& tag) {
+    std::set<std::string> done = materialise_concats(bc, values, out, tag);
     std::map<Shape, std::vector<std::string>> by_shape;
     std::vector<Shape> order;
     for (auto& v : values) {
+      if (done.count(v)) continue;
       Shape s = shape_of(v);
       if (!by_shape.count(s)) order.push_back(s);
       by_shape[s].push_back(v);
@@ -548,7 +607,9 @@ struct Lowerer {
         int e = expr_of(sb, bc, v, identity_map(s));
         Store st;
         st.buffer = buffer_for(v);
-        if (mod.buffers[size_t(st.buffer)].dtype != DType::Float32) throw NoLowering{"stores non-float value '" + v + "'", "dtype"};
+        auto pit = bc.producer.find(v);
+        bool exact = pit != bc.producer.end() && !bc.available.count(v) && dm::exact_in_float(g, g.node(pit->second));
+        if (mod.buffers[size_t(st.buffer)].dtype != DType::Float32 && !exact) throw NoLowering{"stores non-float value '" + v + "'", "dtype"};
         st.expr = e;
         st.map = identity_map(s);
         sb.st.stores.push_back(st);
@@ -558,6 +619,76 @@ struct Lowerer {
       out.push_back(std::move(sb.st));
     }
     for (auto& v : values) bc.available.insert(v);
+  }
+
+  // In-block Concats that `values` read are materialised first: one stage per input computes it
+  // and stores it into its window of the Concat's buffer (Offset store map), so a Concat costs
+  // no copy of its own when its inputs are computed in the block. Returns the Concats done.
+  std::set<std::string> materialise_concats(BlockCtx& bc, const std::vector<std::string>& values, std::vector<Stage>& out, const std::string& tag) {
+    std::vector<NodeId> order;  // producers first
+    std::set<std::string> seen, done;
+    std::function<void(const std::string&)> visit = [&](const std::string& v) {
+      auto it = bc.producer.find(v);
+      if (it == bc.producer.end() || bc.available.count(v) || !seen.insert(v).second) return;
+      const Node& n = g.node(it->second);
+      for (auto& in : n.inputs)
+        if (!in.empty()) visit(in);
+      if (n.op_type == "Concat" && n.domain.empty()) order.push_back(n.id);
+    };
+    for (auto& v : values) visit(v);
+    for (NodeId id : order) {
+      const Node& n = g.node(id);
+      const std::string& cv = n.outputs[0];
+      int cb = buffer_for(cv);
+      if (mod.buffers[size_t(cb)].dtype != DType::Float32) no_lowering(n, "non-float values");
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (n.inputs[i].empty() || shape_numel(shape_of(n.inputs[i])) == 0) continue;
+        StageBuilder sb;
+        sb.st.kind = StageKind::Elementwise;
+        sb.st.driver = shape_of(n.inputs[i]);
+        Store st;
+        st.buffer = cb;
+        st.map = then(identity_map(sb.st.driver), dm::concat_window(g, n, i));
+        st.expr = expr_of(sb, bc, cv, st.map);
+        sb.st.stores.push_back(st);
+        choose_view(sb.st);
+        sb.st.name = tag + "_c" + std::to_string(out.size());
+        out.push_back(std::move(sb.st));
+      }
+      bc.available.insert(cv);
+      done.insert(cv);
+    }
+    return done;
+  }
+
+  // Stages writing the windows of in-block Concats on the anchor's epilogue path that come from
+  // other inputs: each such input drives a stage storing the block outputs it reaches.
+  void concat_source_stages(BlockCtx& bc, const std::string& O, const std::vector<std::string>& post_outs,
+                            std::map<std::string, std::optional<IndexMap>>& fmemo, std::vector<Stage>& out, const std::string& tag) {
+    for (auto& [v, f] : std::map<std::string, std::optional<IndexMap>>(fmemo)) {
+      auto pit = bc.producer.find(v);
+      if (!f || pit == bc.producer.end() || g.node(pit->second).op_type != "Concat") continue;
+      for (auto& x : g.node(pit->second).inputs) {
+        if (x.empty() || forward_map(bc, x, O, fmemo) || shape_numel(shape_of(x)) == 0) continue;
+        StageBuilder sb;
+        sb.st.kind = StageKind::Elementwise;
+        sb.st.driver = shape_of(x);
+        std::map<std::string, std::optional<IndexMap>> memo;
+        for (auto& o : post_outs) {
+          auto fo = forward_map(bc, o, x, memo);
+          if (!fo) continue;
+          Store st;
+          st.buffer = buffer_for(o);
+          st.map = *fo;
+          st.expr = expr_of(sb, bc, o, *fo);
+          sb.st.stores.push_back(st);
+        }
+        if (sb.st.stores.empty()) continue;
+        choose_view(sb.st);
+        sb.st.name = tag + "_s" + std::to_string(out.size());
+        out.push_back(std::move(sb.st));
+      }
+    }
   }
 
   // Forward map from the anchor output's index to v's index, when v derives from the anchor
@@ -571,6 +702,20 @@ struct Lowerer {
     if (pit != bc.producer.end() && !bc.available.count(v)) {
       const Node& n = g.node(pit->second);
       Shape out = shape_of(v);
+      if (n.op_type == "Concat" && n.domain.empty()) {
+        // The input derived from the anchor output lands in its window; the other inputs'
+        // windows are written by their own stages (concat_source_stages).
+        int derived = 0;
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+          if (!n.inputs[i].empty())
+            if (auto f = forward_map(bc, n.inputs[i], O, memo)) {
+              res = then(*f, dm::concat_window(g, n, i));
+              ++derived;
+            }
+        if (derived > 1) throw NoLowering{"epilogue Concat " + n.label() + " joins several parts of the anchor output", "epilogue"};
+        memo[v] = res;
+        return res;
+      }
       std::vector<IndexMap> ins;
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         if (n.inputs[i].empty()) continue;
@@ -588,7 +733,7 @@ struct Lowerer {
             for (int64_t k = int64_t(in.size()); k-- > 0;) perm.push_back(k);
           std::vector<int> src(perm.begin(), perm.end());
           res = then(ins[0], select_step(in, out, src));
-        } else if (kUnary.count(op) || kBinary.count(op) || op == "Clip" || op == "BatchNormalization" || op == "Cast") {
+        } else if (kUnary.count(op) || kBinary.count(op) || op == "Clip" || op == "BatchNormalization" || op == "Cast" || dm::elementwise_op(op)) {
           for (auto& f : ins)
             if (f.codomain() != out || f.str() != ins[0].str())
               throw NoLowering{"epilogue member " + n.label() + " broadcasts the anchor output", "epilogue"};
@@ -736,10 +881,16 @@ struct Lowerer {
       if (r == 0 || axis < 0 || axis >= r) no_lowering(n, "axis");
       int64_t inner = 1;
       for (int64_t d = axis; d < r; ++d) inner *= X[size_t(d)];
-      if (op == "Softmax" && !legacy && axis != r - 1) no_lowering(n, "softmax over a non-last axis");
       st.anchor_inputs = {data_in(0)};
       st.iparams = {{"rows", shape_numel(X) / std::max<int64_t>(1, inner)}, {"n", inner}};
       st.width = inner;
+      if (op == "Softmax" && !legacy && inner != X[size_t(axis)]) {
+        // Over a non-last axis: X viewed as [outer, n, inner] (gen_support softmax_axis); the
+        // epilogue sees the output as [outer * n, inner].
+        int64_t n_ax = X[size_t(axis)], in_ax = inner / std::max<int64_t>(1, n_ax);
+        st.iparams = {{"outer", shape_numel(X) / std::max<int64_t>(1, inner)}, {"n", n_ax}, {"inner", in_ax}};
+        st.width = in_ax;
+      }
       st.flops = 5.0 * double(shape_numel(X));
       if (op == "LayerNormalization") {
         st.fparams = {{"eps", n.attrs.get_float("epsilon", 1e-5f)}};
@@ -796,6 +947,21 @@ struct Lowerer {
     sb.anchor_expr = value;
   }
 
+  Stage kernel_op_stage(const FusionBlock& b) {
+    const Node& n = g.node(b.members[0]);
+    KernelOpContext cx{g, mod, [this](const std::string& v) { return buffer_for(v); },
+                       [this](DType dt, const Shape& s, BufferKind k) { return add_buffer("", dt, s, k); },
+                       [this](const std::string& v) -> const Tensor* {
+                         auto it = folded.find(v);
+                         return it != folded.end() ? &it->second : g.constant_value(v);
+                       }};
+    Stage st;
+    std::string why = lower_kernel_op(n, cx, st);
+    if (!why.empty()) no_lowering(n, why);
+    st.name = "b" + std::to_string(b.id) + "_k";
+    return st;
+  }
+
   // Lowers one block into stages; throws NoLowering when a member cannot be lowered.
   std::vector<Stage> lower_block(const FusionBlock& b, bool fuse_epilogue) {
     // Outputs folded at lowering time are weights already: never stored by a stage.
@@ -806,6 +972,8 @@ struct Lowerer {
                          nb.outputs.end());
         return lower_block(nb, fuse_epilogue);
       }
+    // LSTM / NonMaxSuppression (blocks of their own): one kernel-only stage (lower_kernel_ops.h).
+    if (b.members.size() == 1 && is_kernel_op(g.node(b.members[0]))) return {kernel_op_stage(b)};
     BlockCtx bc;
     bc.block = &b;
     for (NodeId id : b.members) {
@@ -822,7 +990,7 @@ struct Lowerer {
         const Node& n = g.node(id);
         if (kAnchors.count(n.op_type) || (!kUnary.count(n.op_type) && !kBinary.count(n.op_type) && !kReorg.count(n.op_type) &&
                                           n.op_type != "Transpose" && n.op_type != "Expand" && n.op_type != "Clip" && n.op_type != "Split" &&
-                                          n.op_type != "BatchNormalization" && n.op_type != "Cast"))
+                                          n.op_type != "BatchNormalization" && n.op_type != "Cast" && !dm::lowers_op(n.op_type)))
           no_lowering(n, "no lowering for this op yet");
       }
       elementwise_stages(bc, b.outputs, stages, tag);
@@ -885,6 +1053,7 @@ struct Lowerer {
     if (fused) {
       try {
         if (!side_outs.empty()) elementwise_stages(bc, side_outs, stages, tag + "_side");
+        concat_source_stages(bc, O, post_outs, fmemo, stages, tag);
         StageBuilder sb;
         sb.st.kind = StageKind::Anchor;
         anchor_params(sb, bc, an);
@@ -970,11 +1139,15 @@ struct Lowerer {
           st.nodes = b.members;
           std::set<int> rd, wr;
           for (auto& e : st.exprs)
-            if (e.kind == Expr::Load) rd.insert(e.buffer);
+            if (e.kind == Expr::Load) {
+              rd.insert(e.buffer);
+              for (int ib : e.map.index_buffers()) rd.insert(ib);
+            }
           for (int a : st.anchor_inputs)
             if (a >= 0) rd.insert(a);
           for (auto& s : st.stores) wr.insert(s.buffer);
           if (st.anchor_output >= 0) wr.insert(st.anchor_output);
+          wr.insert(st.kernel_outputs.begin(), st.kernel_outputs.end());
           st.inputs.assign(rd.begin(), rd.end());
           st.outputs.assign(wr.begin(), wr.end());
           if (st.kind == StageKind::Elementwise) st.flops = double(shape_numel(st.driver)) * double(st.exprs.size());
@@ -985,6 +1158,7 @@ struct Lowerer {
     }
     // Per stage flops: the anchor's; elementwise members counted by expression nodes (approximate).
     for (auto& out : g.outputs()) mod.graph_outputs.push_back({out, buffer_for(out)});
+    if (opt.layout_block > 0) assign_layouts(mod, opt.layout_block);
     plan_memory();
   }
 
@@ -1080,7 +1254,8 @@ struct Lowerer {
           if (O.kind != BufferKind::Activation || O.dynamic || O.first != s) continue;
           for (int in : st.inputs) {
             auto& I = mod.buffers[size_t(in)];
-            if (I.kind != BufferKind::Activation || I.last != s || I.bytes != O.bytes || I.inplace_of == -2) continue;
+            // Same dtype: also keeps a Gather's index buffer (read by no Load) from being reused.
+            if (I.kind != BufferKind::Activation || I.last != s || I.bytes != O.bytes || I.dtype != O.dtype || I.inplace_of == -2) continue;
             auto ident = [&](const Access& a) { return a.affine && a.base == 0 && a.col_stride == 1 && (a.row_stride == st.width || st.rows == 1); };
             bool same_index = ident(store.access);
             for (auto& e : st.exprs)
@@ -1136,6 +1311,9 @@ struct Lowerer {
 }  // namespace
 
 KernelModule lower_module(const Graph& g, const FusionPlan& plan, const LowerOptions& opt) {
+  // A plan whose blocks read a value before a block writes it (e.g. a producer planned after the
+  // If/Loop body that reads it) would compile to a kernel reading unwritten memory: refuse it.
+  check_plan(g, plan);
   Lowerer l(g, plan, opt);
   l.run();
   return std::move(l.mod);

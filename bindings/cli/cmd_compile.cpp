@@ -1,7 +1,9 @@
 // nnfuse compile MODEL -o DIR: optimize, generate and compile the kernels for a CPU target, and
 // write a deployable artifact (kernels.so, model.onnx with the weights, plan.json) that
 // `nnfuse run DIR` loads and runs without a compiler.
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 
 #include "api/compile.h"
@@ -42,7 +44,12 @@ int run_compile(const ParsedArgs& args) {
     j["model"] = path;
     j["target"] = target;
     j["output"] = out;
-    j["files"] = {"kernels.so", "model.onnx", "plan.json"};
+    // kernels.so, model.onnx, plan.json; for arm-neon on x86 `model` (a static aarch64 program) and
+    // weights.bin instead of kernels.so.
+    std::vector<std::string> files;
+    for (auto& e : std::filesystem::directory_iterator(out)) files.push_back(e.path().filename().string());
+    std::sort(files.begin(), files.end());
+    j["files"] = files;
     j["kernels"] = r.report.value("kernels", json(nullptr));
     j["pipeline"] = r.pipeline.name;
     j["compile"] = info;
@@ -50,7 +57,9 @@ int run_compile(const ParsedArgs& args) {
     print_json(j);
     return 0;
   }
-  std::cout << "compiled " << path << " for " << target << " -> " << out << " (kernels.so, model.onnx, plan.json)\n";
+  std::cout << "compiled " << path << " for " << target << " -> " << out
+            << (info.contains("build") && info["build"].contains("program") ? " (model: a static program, weights.bin, model.onnx, plan.json)\n"
+                                                                            : " (kernels.so, model.onnx, plan.json)\n");
   if (info.contains("memory")) {
     const json& mem = info["memory"];
     std::cout << "kernels: " << mem.value("blocks", 0) << " (" << mem.value("fallback_blocks", 0) << " run by reference kernels)\n";

@@ -125,7 +125,7 @@ int run_run(const ParsedArgs& args) {
   // A directory is a compiled artifact (`nnfuse compile -o DIR`); so is --compiled DIR.
   const std::string artifact = args.has("--compiled") ? args.get("--compiled")
                                : std::filesystem::is_directory(path, dir_ec) ? path : "";
-  std::string target = args.get("--target", "reference");
+  std::string target = args.get("--target", "host");
   // Compiled targets optimize by default (the contract's `run`); the interpreter runs the graph as imported.
   std::string pipeline = args.get("--pipeline", target == "reference" ? "none" : "auto");
   check_choice(args, "--target", target, kSupportedTargets);
@@ -183,6 +183,7 @@ int run_run(const ParsedArgs& args) {
   auto tc0 = std::chrono::steady_clock::now();
   if (!artifact.empty()) {
     exe = load_compiled(artifact, int(threads));
+    if (!args.has("--target")) target = exe->info().value("target", target);  // arm-neon artifacts run under qemu
   } else if (target != "reference") {
     CompileOptions co;
     co.target = target;
@@ -299,7 +300,7 @@ Command run_command() {
   s.summary = "run a model on .npy or random inputs; write outputs, time it";
   s.positionals = {{"MODEL", "an .onnx file"}};
   s.options = {
-      {"--target", "", "T", "where to run: reference (the interpreter; default), host, x86-avx2, x86-avx512, arm-neon (generated kernels)"},
+      {"--target", "", "T", "where to run: host (default), x86-avx2, x86-avx512, arm-neon (generated kernels), or reference (the interpreter)"},
       {"--compiled", "", "DIR", "run a compiled artifact written by `nnfuse compile -o DIR` (MODEL may also be that DIR)"},
       {"--profile", "", "", "time every kernel once (compiled targets): kernel, member ops, mapping type, ms, GFLOP/s"},
       {"--pipeline", "", "P", "none (the graph as imported; default for reference), auto (default for compiled targets), or a pipeline name"},

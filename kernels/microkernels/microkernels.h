@@ -95,9 +95,20 @@
 // vexp, vlog, vtanh, verf, verfc, vsqrt, vsigmoid, vgelu_erf: overloads for vfloat<Arch> and float, within
 // 1e-5 relative (plus 1e-7 absolute near zero) of the std:: functions; see README for measured
 // errors. unary_map<Arch>(n, x, y, f, par): y[i] = f(x[i]) with f a generic lambda.
+// ==================== 6. Blocked-channel layout NCHW<L>c (conv_nchwc.h) ====================
+// [N, C, H, W] stored as [N, ceil(C/L), H, W, L], L = vfloat<Arch>::size; padding channels hold
+// anything and are never read as data. ep rows: n*Cb + cb, cols: (oh*OW + ow)*L (the physical
+// [N*Cb, OH*OW*L] view: a batch is L channels of one pixel).
+// conv2d_nchwc<Arch>(ConvNchwcArgs, ep, par)  group 1 (input NCHW<L>c or plain NCHW) or depthwise
+//   (group == C == K, blocked input); weights packed by pack_conv_nchwc_weights to [Kb, Cg, KH, KW, L];
+//   register-blocked over up to 4 output blocks x UR pixels; a 1x1/stride-1/unpadded conv walks the
+//   plane as one row.
+// pool2d_nchwc<Arch>(PoolNchwcArgs, ep, par)  max/average, lane-wise (pool2d semantics).
+// nchw_to_nchwc / nchwc_to_nchw: plain conversions (reference for tests).
 #include "common.h"
 #include "math.h"
 #include "gemm.h"
 #include "conv.h"
+#include "conv_nchwc.h"
 #include "pool.h"
 #include "reduce.h"

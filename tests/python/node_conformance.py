@@ -17,9 +17,15 @@ The onnx wheel used to ship the test data under onnx/backend/test/data/node/; on
 only the generators (onnx.backend.test.case.node), so when the data directory is absent it is
 generated once into a cache directory, in the same layout the onnx tools write.
 
+The same sweep runs the generated-kernel path with `--target host` (pipeline auto: optimized,
+lowered, compiled with the system compiler and run; blocks without a lowering run as fallback
+stages with reference kernels inside the compiled model). Each result then records how many
+generated stages ran (`generated`) and how many blocks fell back.
+
 Usage:
   python3 tests/python/node_conformance.py [--cli PATH] [--filter REGEX] [--list-failures]
                                            [--json OUT] [--jobs N] [--verbose]
+                                           [--target host] [--per-op N]
 Prints one line per failure and closes with `conformance: N passed, N failed, N unsupported`.
 """
 from __future__ import annotations
@@ -91,6 +97,11 @@ class Result:
     op: str = ""
     reason: str = ""
     seconds: float = 0.0
+    # Compiled targets only (None for the reference interpreter): generated (C++) kernel stages
+    # and fusion blocks that ran with reference kernels inside the compiled model.
+    generated: int | None = None
+    fallback_blocks: int | None = None
+    fallback_reason: str = ""  # the first fallback block's reason (why it has no lowering)
 
 
 @dataclass
@@ -394,7 +405,48 @@ def _restamped(model, test_path: str, tmpd: Path) -> tuple[str | None, str]:
     return str(path), f"restamped {old}->{MAX_OPSET}"
 
 
-def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = False) -> Result:
+def op_label(ops: list[str]) -> str:
+    """A test's op label; expanded (function-body) tests use many ops: the first few and the count."""
+    return "+".join(ops) if len(ops) <= 3 else "+".join(ops[:3]) + f"+...({len(ops)} ops)"
+
+
+def select_per_op(tests: list[NodeTest], per_op: int = 1, always: tuple[str, ...] = ()) -> list[NodeTest]:
+    """A cheap cross-section: the first `per_op` tests (by name) of every op label among the tests
+    that would run (screened-out ones are left out), plus the tests named in `always`."""
+    import onnx
+
+    seen: dict[str, int] = {}
+    chosen = []
+    for t in sorted(tests, key=lambda t: t.name):
+        try:
+            model = onnx.load(os.path.join(t.path, "model.onnx"))
+        except Exception:
+            chosen.append(t)  # let run_test report the broken model
+            continue
+        if t.name in always:
+            chosen.append(t)
+            continue
+        if screen(model):
+            continue
+        label = op_label(model_ops(model))
+        if seen.get(label, 0) < per_op:
+            seen[label] = seen.get(label, 0) + 1
+            chosen.append(t)
+    return chosen
+
+
+def cli_target_args(target: str, threads: int = 2) -> list[str]:
+    """`nnfuse run` options for a target. The interpreter runs the graph as imported; compiled
+    targets run the default pipeline (auto: rewrite, classify, plan fusion), settle undecided
+    fusions by the cost model (no timing runs: a sweep must be deterministic and cheap) and use
+    `threads` threads, so the runtime's parallel loops are exercised too."""
+    if target == "reference":
+        return ["--target", "reference", "--pipeline", "none"]
+    return ["--target", target, "--no-profile", "--threads", str(threads)]
+
+
+def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = False,
+             target: str = "reference") -> Result:
     import onnx
 
     start = time.monotonic()
@@ -405,8 +457,7 @@ def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = F
         res.reason = f"cannot load model: {e}"
         return res
     ops = model_ops(model)
-    # Expanded (function-body) tests use many ops: name the first few and the count.
-    res.op = "+".join(ops) if len(ops) <= 3 else "+".join(ops[:3]) + f"+...({len(ops)} ops)"
+    res.op = op_label(ops)
     why = screen(model)
     restamp_newer = False
     if why and restamp and re.fullmatch(r"opset (\d+) outside .*", why) and int(why.split()[1]) > MAX_OPSET:
@@ -446,8 +497,7 @@ def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = F
             if os.path.exists(os.path.join(ds, "ERROR")):
                 res.status, res.reason = "unsupported", "test data not serialisable"
                 return res
-            args = [cli, "run", model_path, "--target", "reference",
-                    "--pipeline", "none"]
+            args = [cli, "run", model_path, *cli_target_args(target)]
             in_files = sorted(Path(ds).glob("input_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
             feed_names = [n for n in graph_inputs if n not in init_names] or graph_inputs
             for j, pb in enumerate(in_files):
@@ -480,6 +530,12 @@ def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = F
             except json.JSONDecodeError:
                 res.reason = f"stdout is not one JSON object: {p.stdout[:200]!r}"
                 return res
+            if "compile" in report:  # compiled targets: what ran as generated code
+                c = report["compile"]
+                res.generated = int(c.get("generated_stages", 0))
+                res.fallback_blocks = int(c.get("memory", {}).get("fallback_blocks", 0))
+                reasons = c.get("memory", {}).get("fallback_reasons") or []
+                res.fallback_reason = reasons[0].get("reason", "") if reasons else ""
             outs = {o.get("name"): o for o in report.get("outputs", [])}
             out_files = sorted(Path(ds).glob("output_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
             for j, pb in enumerate(out_files):
@@ -504,9 +560,9 @@ def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = F
 
 
 def _run_one(arg) -> Result:
-    test, cli, timeout, restamp = arg
+    test, cli, timeout, restamp, target = arg
     try:
-        return run_test(test, cli, timeout, restamp)
+        return run_test(test, cli, timeout, restamp, target)
     except Exception as e:  # a harness bug must not hide the rest of the sweep
         return Result(test.name, "failed", reason=f"harness error: {type(e).__name__}: {e}")
 
@@ -520,12 +576,14 @@ def resolve_cli(cli: str | None = None) -> str:
 
 
 def run_sweep(cli: str | None = None, filter_re: str | None = None, jobs: int = 2,
-              timeout: float = 120.0, progress=None, restamp: bool = False) -> list[Result]:
+              timeout: float = 120.0, progress=None, restamp: bool = False,
+              target: str = "reference", tests: list[NodeTest] | None = None) -> list[Result]:
     cli = resolve_cli(cli)
     if not (os.path.isfile(cli) and os.access(cli, os.X_OK)):
         raise FileNotFoundError(f"nnfuse CLI not found at {cli} (build the 'nnfuse' target or set NNFUSE_CLI)")
-    tests = discover(filter_re)
-    work = [(t, cli, timeout, restamp) for t in tests]
+    if tests is None:
+        tests = discover(filter_re)
+    work = [(t, cli, timeout, restamp, target) for t in tests]
     results: list[Result] = []
     if jobs <= 1:
         for w in work:
@@ -551,7 +609,15 @@ def summarize(results: list[Result]) -> dict[str, int]:
 
 def summary_line(results: list[Result]) -> str:
     s = summarize(results)
-    return f"conformance: {s['passed']} passed, {s['failed']} failed, {s['unsupported']} unsupported"
+    line = f"conformance: {s['passed']} passed, {s['failed']} failed, {s['unsupported']} unsupported"
+    compiled = [r for r in results if r.generated is not None]
+    if compiled:  # a compiled target: how much of what ran was generated code
+        with_kernels = [r for r in compiled if r.generated > 0]
+        passed_kernels = sum(1 for r in with_kernels if r.status == "passed")
+        line += (f"; {len(with_kernels)} of {len(compiled)} compiled tests generated kernels "
+                 f"({sum(r.generated for r in with_kernels)} stages, {passed_kernels} of those tests passed), "
+                 f"{len(compiled) - len(with_kernels)} ran only reference kernels (fallback stages)")
+    return line
 
 
 def failures_by_op(results: list[Result]) -> dict[str, list[Result]]:
@@ -576,6 +642,11 @@ def main(argv=None) -> int:
                     help=f"also run tests of opsets above {MAX_OPSET} restamped to opset {MAX_OPSET} when they "
                          f"still pass the checker there (results labelled 'restamped'); not part of the "
                          f"standard count")
+    ap.add_argument("--target", default="reference",
+                    help="reference (the interpreter, pipeline none; default) or a compiled target such as "
+                         "host (pipeline auto, generated kernels; set NNFUSE_CACHE_DIR for the kernel cache)")
+    ap.add_argument("--per-op", type=int, metavar="N",
+                    help="run only the first N tests (by name) of every op label (a cheap cross-section)")
     ap.add_argument("--verbose", "-v", action="store_true", help="print every test as it finishes")
     args = ap.parse_args(argv)
 
@@ -584,10 +655,16 @@ def main(argv=None) -> int:
             print(f"FAIL {r.name} [{r.op}]: {r.reason}", flush=True)
         elif args.verbose or (args.list_unsupported and r.status == "unsupported"):
             tail = f": {r.reason}" if r.reason else ""
+            if r.generated is not None:
+                tail += f" ({r.generated} generated stages, {r.fallback_blocks} fallback blocks"
+                tail += f": {r.fallback_reason})" if r.fallback_reason else ")"
             print(f"{r.status.upper():11s} {r.name} [{r.op}]{tail}", flush=True)
 
     try:
-        results = run_sweep(args.cli, args.filter, args.jobs, args.timeout, progress, args.restamp)
+        tests = discover(args.filter)
+        if args.per_op:
+            tests = select_per_op(tests, args.per_op)
+        results = run_sweep(args.cli, args.filter, args.jobs, args.timeout, progress, args.restamp, args.target, tests)
     except FileNotFoundError as e:
         print(f"node_conformance: {e}", file=sys.stderr)
         return 2

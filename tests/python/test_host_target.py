@@ -83,16 +83,50 @@ def test_host_report_and_profile(cli, export_cache):
     assert len(rows) == mem["blocks"]
     conv = [r for r in rows if "Conv" in r["ops"]]
     assert conv and all(r["mapping_type"] == "Many-to-Many" and r["ms"] >= 0 and r["gflops"] >= 0 for r in conv)
+    # Convolutions run in the blocked layout of the host's vector width (docs/codegen.md).
+    lay = mem["layout"]
+    assert lay["block"] in (4, 8, 16) and lay["blocked_stages"] > 0 and lay["reorders_folded"] >= 2
+    assert all(r["layout"] == f"NCHW{lay['block']}c" for r in conv)
+    assert all(lay["blocks"][r["kernel"]] == r["layout"] for r in rows)
     assert j["latency_ms"]["min"] <= j["latency_ms"]["median"]
 
 
-def test_fallback_blocks_are_counted(cli, export_cache):
-    # lstm_tiny: LSTM and Gather have no generated lowering and run with the reference kernels.
+def test_layout_switch_forces_nchw(cli, export_cache, workdir, monkeypatch):
+    path = _tiny(cli, export_cache)
+    monkeypatch.setenv("NNFUSE_LAYOUT", "nchw")
+    plain = cli.ok("run", path, "--target", "host", "--threads", "1", "--seed", "3", "--outputs", workdir / "nchw")
+    lay = plain["compile"]["memory"]["layout"]
+    assert lay["block"] == 0 and lay["blocked_stages"] == 0 and set(lay["blocks"].values()) == {"NCHW"}
+    monkeypatch.setenv("NNFUSE_LAYOUT", "nchwc")
+    blocked = cli.ok("run", path, "--target", "host", "--threads", "1", "--seed", "3", "--outputs", workdir / "nchwc")
+    assert blocked["compile"]["memory"]["layout"]["block"] > 0
+    a, b = (np.load(workdir / d / "logits.npy") for d in ("nchw", "nchwc"))
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    monkeypatch.setenv("NNFUSE_LAYOUT", "nhwc")
+    rc, _, err = cli.run_cli("run", path, "--target", "host", "--json")
+    assert rc != 0 and "NNFUSE_LAYOUT='nhwc'" in err
+
+
+def test_fallback_blocks_are_counted(cli, export_cache, tmp_path):
+    # lstm_tiny: LSTM is a generated kernel (lowering/lower_rnn.cpp), never a fallback.
     path = _tiny(cli, export_cache, "lstm_tiny")
     j = cli.ok("run", path, "--target", "host", "--threads", "1")
     mem = j["compile"]["memory"]
-    assert mem["fallback_blocks"] > 0 and "LSTM" in mem["fallback_ops"]
+    assert "LSTM" not in mem["fallback_ops"]
     assert mem["generated_blocks"] == mem["blocks"] - mem["fallback_blocks"]
+    # TopK has no generated lowering: its block runs with the reference kernels and is counted.
+    h = onnx.helper
+    graph = h.make_graph(
+        [h.make_node("TopK", ["x", "k"], ["v", "i"], axis=1), h.make_node("Relu", ["v"], ["y"])], "topk",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 10])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 3])],
+        [h.make_tensor("k", onnx.TensorProto.INT64, [1], [3])])
+    topk = tmp_path / "topk.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)], ir_version=8), str(topk))
+    j = cli.ok("run", topk, "--target", "host", "--threads", "1")
+    mem = j["compile"]["memory"]
+    assert mem["fallback_blocks"] == 1 and mem["fallback_ops"] == ["TopK"]
+    assert mem["generated_blocks"] == mem["blocks"] - 1
 
 
 def test_compile_artifact_runs_without_recompiling(cli, export_cache, tmp_path):
@@ -121,3 +155,15 @@ def test_dynamic_dims_need_shape(cli, export_cache, workdir):
         pytest.skip("bert_tiny export has static inputs")
     rc, out, err = cli.run_cli("run", path, "--target", "host", "--json")
     assert rc != 0 and "--shape" in err
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "gpt2_tiny", "vit_tiny", "ssd_tiny"])
+def test_data_movement_ops_are_generated(cli, export_cache, name):
+    # Gather (embeddings, first-token pooler), Cast of the int64 attention mask, Where (causal
+    # mask), Concat (ViT class token, SSD heads) and Slice lower to generated stages
+    # (lowering/lower_data_movement.cpp): no block of these models runs on reference kernels.
+    path = _tiny(cli, export_cache, name)
+    j = cli.ok("run", path, "--target", "host", "--threads", "1")
+    mem = j["compile"]["memory"]
+    assert mem["fallback_blocks"] == 0, mem["fallback_reasons"]
+    assert mem["fallback_ops"] == [] and mem["fallback_reasons"] == []

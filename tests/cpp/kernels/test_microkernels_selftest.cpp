@@ -236,12 +236,123 @@ void pool_reduce_cases(Checker& ck) {
   }
 }
 
+// NCHW<L>c conv and pooling (conv_nchwc.h) against naive NCHW loops. Padding lanes of blocked
+// inputs hold NaN, so a kernel that reads them as data fails; channel counts are not multiples of
+// L; input channels past the per-pass chunk exercise the partial sums kept in y.
+template <class Arch>
+struct BlockedBiasRelu {  // ep: relu(v + bias[channel]) with bias padded to Kb*L
+  const float* bias;
+  int64_t Kb;
+  mk::vfloat<Arch> operator()(const mk::vfloat<Arch>& v, int64_t r, int64_t) const {
+    return xsimd::max(v + mk::vfloat<Arch>::load_unaligned(bias + (r % Kb) * int64_t(mk::vfloat<Arch>::size)), mk::vfloat<Arch>(0.f));
+  }
+  float operator()(float v, int64_t r, int64_t c) const {
+    const int64_t L = int64_t(mk::vfloat<Arch>::size);
+    return std::max(v + bias[(r % Kb) * L + c % L], 0.f);
+  }
+};
+
+inline std::vector<float> to_blocked(const std::vector<float>& x, int64_t N, int64_t C, int64_t HW, int64_t L) {
+  std::vector<float> y(size_t(N * mk::nchwc_blocks(C, L) * HW * L));
+  mk::nchw_to_nchwc(x.data(), N, C, HW, L, y.data());
+  for (int64_t i = 0; i < int64_t(y.size()); ++i)
+    if ((i / (HW * L)) % mk::nchwc_blocks(C, L) * L + i % L >= C) y[size_t(i)] = std::nanf("");
+  return y;
+}
+
+template <class Arch>
+void nchwc_cases(Checker& ck) {
+  constexpr int64_t L = int64_t(mk::vfloat<Arch>::size);
+  struct C { int64_t N, C, H, W, K, KH, KW, s, p, d; bool dw, xblk; };
+  for (C c : {C{1, 3, 7, 9, 5, 3, 3, 1, 1, 1, false, false}, C{2, 17, 11, 10, 20, 3, 3, 2, 1, 1, false, true},
+              C{1, 7, 9, 9, 7, 3, 3, 1, 1, 1, true, true}, C{1, 20, 13, 12, 20, 5, 5, 2, 2, 2, true, true},
+              C{1, 33, 5, 7, 40, 1, 1, 1, 0, 1, false, true}, C{1, 5, 1, 129, 17, 1, 3, 1, 1, 1, false, true},
+              C{1, 240, 4, 5, 9, 3, 3, 1, 1, 1, false, true}, C{1, 1, 17, 1, 1, 3, 1, 1, 1, 1, false, false},
+              C{1, 600, 2, 3, 3, 1, 1, 1, 0, 1, false, true}}) {
+    const int64_t OH = (c.H + 2 * c.p - (c.KH - 1) * c.d - 1) / c.s + 1, OW = (c.W + 2 * c.p - (c.KW - 1) * c.d - 1) / c.s + 1;
+    const int64_t Cg = c.dw ? 1 : c.C, Kb = mk::nchwc_blocks(c.K, L);
+    auto x = rnd(size_t(c.N * c.C * c.H * c.W), 31), w = rnd(size_t(c.K * Cg * c.KH * c.KW), 32), bias = rnd(size_t(c.K), 33);
+    std::vector<double> want(size_t(c.N * c.K * OH * OW));
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t k = 0; k < c.K; ++k)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            double s = 0;
+            for (int64_t ci = 0; ci < Cg; ++ci)
+              for (int64_t kh = 0; kh < c.KH; ++kh)
+                for (int64_t kw = 0; kw < c.KW; ++kw) {
+                  int64_t ih = oh * c.s - c.p + kh * c.d, iw = ow * c.s - c.p + kw * c.d;
+                  if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                  s += double(x[size_t(((n * c.C + (c.dw ? k : ci)) * c.H + ih) * c.W + iw)]) * w[size_t(((k * Cg + ci) * c.KH + kh) * c.KW + kw)];
+                }
+            want[size_t(((n * c.K + k) * OH + oh) * OW + ow)] = std::max(s + bias[size_t(k)], 0.0);
+          }
+    auto xb = c.xblk ? to_blocked(x, c.N, c.C, c.H * c.W, L) : x;
+    mk::PackedConvNchwc pw;
+    pw.pack(w.data(), c.K, Cg, c.KH, c.KW, L);
+    std::vector<float> bpad(size_t(Kb * L), 0.f);
+    std::copy(bias.begin(), bias.end(), bpad.begin());
+    mk::ConvNchwcArgs a;
+    a.N = c.N, a.C = c.C, a.H = c.H, a.W = c.W, a.K = c.K, a.OH = OH, a.OW = OW, a.KH = c.KH, a.KW = c.KW;
+    a.stride_h = a.stride_w = c.s, a.pad_top = a.pad_left = c.p, a.dil_h = a.dil_w = c.d, a.depthwise = c.dw;
+    a.x = xb.data(), a.x_blocked = c.xblk, a.w = pw.w.data();
+    std::vector<float> out[2];
+    for (int par = 0; par < 2; ++par) {
+      std::vector<float> yb(size_t(c.N * Kb * OH * OW * L));
+      a.y = yb.data();
+      if (par) mk::conv2d_nchwc<Arch>(a, BlockedBiasRelu<Arch>{bpad.data(), Kb}, Two{});
+      else mk::conv2d_nchwc<Arch>(a, BlockedBiasRelu<Arch>{bpad.data(), Kb});
+      out[par].resize(want.size());
+      mk::nchwc_to_nchw(yb.data(), c.N, c.K, OH * OW, L, out[par].data());
+    }
+    std::string what = "conv_nchwc C" + std::to_string(c.C) + " K" + std::to_string(c.K) + " k" + std::to_string(c.KH) + "x" +
+                       std::to_string(c.KW) + (c.dw ? " depthwise" : "") + (c.xblk ? "" : " plain-input");
+    ck.close(what.c_str(), out[0], want);
+    ck.same(what.c_str(), out[0], out[1]);
+  }
+  // Pooling: max 3x3/2 pad 1, average with and without count_include_pad, global average.
+  struct P { int64_t C, H, W, KH, KW, s, p; bool mx, cip; };
+  for (P c : {P{19, 11, 13, 3, 3, 2, 1, true, false}, P{19, 11, 13, 3, 3, 2, 1, false, false}, P{5, 7, 8, 3, 2, 1, 1, false, true},
+              P{21, 7, 7, 7, 7, 1, 0, false, false}}) {
+    const int64_t OH = (c.H + 2 * c.p - c.KH) / c.s + 1, OW = (c.W + 2 * c.p - c.KW) / c.s + 1;
+    auto x = rnd(size_t(c.C * c.H * c.W), 41);
+    std::vector<double> want(size_t(c.C * OH * OW));
+    for (int64_t ch = 0; ch < c.C; ++ch)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double m = -INFINITY, s = 0;
+          int cnt = 0;
+          for (int64_t kh = 0; kh < c.KH; ++kh)
+            for (int64_t kw = 0; kw < c.KW; ++kw) {
+              int64_t ih = oh * c.s - c.p + kh, iw = ow * c.s - c.p + kw;
+              if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+              double v = x[size_t((ch * c.H + ih) * c.W + iw)];
+              m = std::max(m, v), s += v, ++cnt;
+            }
+          if (c.cip) cnt = int(c.KH * c.KW);  // windows here never pass the padded border
+          want[size_t((ch * OH + oh) * OW + ow)] = c.mx ? m : s / cnt;
+        }
+    auto xb = to_blocked(x, 1, c.C, c.H * c.W, L);
+    mk::PoolNchwcArgs a;
+    a.C = c.C, a.H = c.H, a.W = c.W, a.OH = OH, a.OW = OW, a.KH = c.KH, a.KW = c.KW, a.stride_h = a.stride_w = c.s;
+    a.pad_top = a.pad_left = a.pad_bottom = a.pad_right = c.p, a.is_max = c.mx, a.count_include_pad = c.cip;
+    a.x = xb.data();
+    std::vector<float> yb(size_t(mk::nchwc_blocks(c.C, L) * OH * OW * L)), got(want.size());
+    a.y = yb.data();
+    mk::pool2d_nchwc<Arch>(a, mk::IdentityEpilogue{}, Two{});
+    mk::nchwc_to_nchw(yb.data(), 1, c.C, OH * OW, L, got.data());
+    std::string what = std::string("pool_nchwc ") + (c.mx ? "max" : c.cip ? "avg-include-pad" : "avg") + " k" + std::to_string(c.KH);
+    ck.close(what.c_str(), got, want);
+  }
+}
+
 template <class Arch>
 int run_all() {
   Checker ck;
   gemm_cases<Arch>(ck);
   conv_cases<Arch>(ck);
   pool_reduce_cases<Arch>(ck);
+  nchwc_cases<Arch>(ck);
   std::printf("microkernel selftest (%s, %d-float batches): %d failure(s)\n", Arch::name(), int(mk::vfloat<Arch>::size),
               ck.failures);
   return ck.failures;

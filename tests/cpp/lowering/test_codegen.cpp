@@ -13,84 +13,17 @@
 #include "graph/error.h"
 #include "graph/interpreter.h"
 #include "kernels/cpu_model.h"
+#include "lowering_test_util.h"
 
 using namespace nnfuse;
+using namespace nnfuse::testing;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string cache_dir() {
-  static std::string d = [] {
-    fs::path p = fs::temp_directory_path() / ("nnfuse_test_codegen_" + std::to_string(::getpid()));
-    fs::create_directories(p);
-    return p.string();
-  }();
-  return d;
-}
-
-// Blocks from a list of node-output groups: each group is one block (anchor: the first
-// Many-to-Many member). Nodes not listed get their own block.
-FusionPlan plan_of(const Graph& g, const std::vector<std::vector<std::string>>& groups) {
-  FusionPlan p;
-  p.target = "host";
-  std::map<NodeId, int> group_of;
-  for (size_t i = 0; i < groups.size(); ++i)
-    for (auto& v : groups[i]) group_of[g.producer(v).value()] = int(i);
-  std::map<int, FusionBlock> by_group;
-  std::vector<int> order;
-  int next_single = 1000;
-  for (NodeId id : g.topo_order()) {
-    const Node& n = g.node(id);
-    if (n.op_type == "Constant") {
-      p.constants.push_back(id);
-      continue;
-    }
-    int gid = group_of.count(id) ? group_of[id] : next_single++;
-    if (!by_group.count(gid)) order.push_back(gid);
-    FusionBlock& b = by_group[gid];
-    b.members.push_back(id);
-    if (b.anchor == kNoNode && node_mapping_type(g, id) == MappingType::ManyToMany) b.anchor = id;
-  }
-  for (int gid : order) {
-    FusionBlock b = by_group[gid];
-    b.id = int(p.blocks.size());
-    b.type = b.anchor == kNoNode ? MappingType::OneToOne : MappingType::ManyToMany;
-    std::set<NodeId> mem(b.members.begin(), b.members.end());
-    for (NodeId id : b.members) {
-      for (auto& in : g.node(id).inputs) {
-        auto pr = in.empty() ? std::nullopt : g.producer(in);
-        if (!in.empty() && !(pr && mem.count(*pr)) && std::find(b.inputs.begin(), b.inputs.end(), in) == b.inputs.end())
-          b.inputs.push_back(in);
-      }
-      for (auto& o : g.node(id).outputs) {
-        bool outside = g.is_output(o);
-        for (auto& u : g.consumers(o))
-          if (!mem.count(u.node)) outside = true;
-        if (outside) b.outputs.push_back(o);
-      }
-    }
-    p.blocks.push_back(b);
-  }
-  check_plan(g, p);
-  return p;
-}
-
-void check_close(const TensorMap& got, const TensorMap& want, double rtol = 1e-4, double atol = 1e-5) {
-  for (auto& [name, w] : want) {
-    INFO("output " << name);
-    REQUIRE(got.count(name));
-    const Tensor& g = got.at(name);
-    REQUIRE(g.shape() == w.shape());
-    auto a = g.to_float_vector(), b = w.to_float_vector();
-    double worst = 0;
-    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / (atol + rtol * std::fabs(double(b[i]))));
-    CHECK(worst <= 1.0);
-  }
-}
-
 CpuCompileOptions opts(int threads = 2) {
   CpuCompileOptions o;
-  o.cache_dir = cache_dir();
+  o.cache_dir = test_cache_dir("codegen");
   o.threads = threads;
   return o;
 }
@@ -101,7 +34,7 @@ TEST_CASE("codegen: elementwise broadcasting, reorganize and shuffle index expre
   GraphBuilder gb("ew");
   auto x = gb.input("x", DType::Float32, {2, 3, 20});
   auto col = gb.input("col", DType::Float32, {3, 1});
-  auto ids = gb.input("ids", DType::Int64, {5});
+  auto ids = gb.input("ids", DType::Int64, {5, 6});
   auto bias = gb.weight("bias", {20});
   auto a = gb.op("Add", {x, bias});                         // row broadcast
   auto b = gb.op("Mul", {a, col});                          // column broadcast
@@ -111,12 +44,12 @@ TEST_CASE("codegen: elementwise broadcasting, reorganize and shuffle index expre
   auto sg = gb.op("Sigmoid", {s});
   auto e = gb.op("Erf", {sg});
   auto table = gb.weight("table", {10, 6});
-  auto gth = gb.op("Gather", {table, ids});                 // no lowering: a fallback block
+  auto gth = gb.op("GatherElements", {table, ids});         // no lowering: a fallback block
   auto c = gb.op("Clip", {gth, gb.scalar("lo", -0.02f), gb.scalar("hi", 0.02f)});
   gb.output(e);
   gb.output(c);
   Model m = gb.finish();
-  FusionPlan plan = plan_of(m.graph, {{a, b, t, r, s, sg, e}, {gth, c}});
+  FusionPlan plan = grouped_plan(m.graph, {{a, b, t, r, s, sg, e}, {gth, c}});
   auto cm = CpuModel::build(m.graph, &plan, opts());
   CHECK(cm->module().fallback_blocks == 1);
   TensorMap feeds = random_feeds(m.graph, 5);
@@ -147,7 +80,7 @@ TEST_CASE("codegen: MatMul and Gemm anchors with prologue and scattering epilogu
   gb.output(gb.op("Relu", {gm}));
   gb.output(tr);
   Model m = gb.finish();
-  FusionPlan plan = plan_of(m.graph, {{rl, mm, add, sg, ge, rs, tr}, {tr2}, {att}, {sm, y2d}});
+  FusionPlan plan = grouped_plan(m.graph, {{rl, mm, add, sg, ge, rs, tr}, {tr2}, {att}, {sm, y2d}});
   auto cm = CpuModel::build(m.graph, &plan, opts());
   CHECK(cm->module().fallback_blocks == 0);
   TensorMap feeds = random_feeds(m.graph, 7);
@@ -177,7 +110,7 @@ TEST_CASE("codegen: Conv, depthwise Conv, BatchNorm, residual epilogue, pooling,
   gb.output(gap);
   gb.output(cen);
   Model m = gb.finish();
-  FusionPlan plan = plan_of(m.graph, {{c1, bn, r1}, {dw, res, clip}, {mp}, {gap}, {ln_in, ln}, {mean, cen}});
+  FusionPlan plan = grouped_plan(m.graph, {{c1, bn, r1}, {dw, res, clip}, {mp}, {gap}, {ln_in, ln}, {mean, cen}});
   auto cm = CpuModel::build(m.graph, &plan, opts());
   CHECK(cm->module().fallback_blocks == 0);
   TensorMap feeds = random_feeds(m.graph, 11);
@@ -202,7 +135,7 @@ TEST_CASE("codegen: kernel cache hit, corrupt entry rebuilt, artifact round trip
   gb.output(y);
   Model m = gb.finish();
   CpuCompileOptions o = opts();
-  o.cache_dir = (fs::path(cache_dir()) / "cache_test").string();
+  o.cache_dir = (fs::path(test_cache_dir("codegen")) / "cache_test").string();
   fs::remove_all(o.cache_dir);
   auto first = CpuModel::build(m.graph, nullptr, o);
   CHECK_FALSE(first->info()["build"]["cache_hit"].get<bool>());
@@ -226,7 +159,7 @@ TEST_CASE("codegen: kernel cache hit, corrupt entry rebuilt, artifact round trip
   TensorMap want = run_reference(m.graph, feeds);
   check_close(third->run(feeds), want);
 
-  fs::path art = fs::path(cache_dir()) / "artifact";
+  fs::path art = fs::path(test_cache_dir("codegen")) / "artifact";
   third->save(art.string());
   auto loaded = CpuModel::load(art.string(), 1);
   check_close(loaded->run(feeds), want);
@@ -249,8 +182,14 @@ TEST_CASE("codegen: arm-neon cross-compiled driver runs resnet_tiny under qemu",
   PlanOptions po;
   po.profile = false;
   FusionPlan plan = plan_fusion(m.graph, target_by_name("arm-neon"), po);
-  KernelModule km = lower_module(m.graph, plan);
+  LowerOptions lo;
+  lo.layout_block = 4;  // what --target arm-neon picks: NCHW4c conv / pooling kernels under qemu
+  KernelModule km = lower_module(m.graph, plan, lo);
+  REQUIRE(layout_summary(km)["blocked_stages"].get<int>() > 0);
   REQUIRE(km.fallback_blocks == 0);
   TensorMap feeds = random_feeds(m.graph, 1);
-  check_close(cross_run(km, feeds), run_reference(m.graph, feeds));
+  CrossRunOptions co;
+  co.cache_dir = test_cache_dir("codegen");
+  co.threads = 2;
+  check_close(cross_run(km, feeds, co), run_reference(m.graph, feeds));
 }

@@ -1,0 +1,79 @@
+// C++ for kernel-only anchor stages (lowering/lower_kernel_ops.h): one microkernel call each.
+#include "kernels/emit_kernel_ops.h"
+
+#include <sstream>
+
+#include "graph/error.h"
+
+namespace nnfuse {
+
+namespace {
+
+int64_t ip(const Stage& st, const std::string& k) {
+  auto it = st.iparams.find(k);
+  if (it == st.iparams.end()) fail(ErrorKind::Invalid, "emitter: stage " + st.name + " lacks parameter " + k);
+  return it->second;
+}
+
+// `static_cast<T*>(B[i])`, or nullptr for an absent (-1) buffer.
+std::string ptr(const std::string& type, int b) {
+  if (b < 0) return "nullptr";
+  return "static_cast<" + type + "*>(B[" + std::to_string(b) + "])";
+}
+
+std::string emit_lstm(const Stage& st) {
+  const std::string sym = stage_symbol(st), W = "nnfuse::mk::LstmWeights<nf::A>";
+  const auto& in = st.anchor_inputs;
+  const auto& out = st.vparams.at("outputs");
+  std::ostringstream o;
+  o << "#include \"microkernels/lstm.h\"\n";
+  o << "extern \"C\" void* " << sym << "_prepare(void* const* B) {\n"
+    << "  auto* w = new " << W << "();\n"
+    << "  w->pack(" << ip(st, "D") << ", " << ip(st, "I") << ", " << ip(st, "H") << ", " << ptr("const float", in.at(1)) << ", "
+    << ptr("const float", in.at(2)) << ");\n  return w;\n}\n";
+  o << "extern \"C\" void " << sym << "_release(void* p) { delete static_cast<" << W << "*>(p); }\n";
+  o << "extern \"C\" void " << sym << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
+  o << "  nnfuse::mk::LstmArgs a;\n";
+  o << "  a.S = " << ip(st, "S") << "; a.B = " << ip(st, "B") << "; a.I = " << ip(st, "I") << "; a.H = " << ip(st, "H") << ";\n";
+  o << "  a.directions = " << ip(st, "D") << "; a.reverse = " << (ip(st, "reverse") ? "true" : "false") << "; a.layout = " << ip(st, "layout")
+    << "; a.input_forget = " << (ip(st, "input_forget") ? "true" : "false") << ";\n";
+  o << "  a.clip = float(" << st.fparams.at("clip") << ");\n";
+  o << "  a.x = " << ptr("const float", in.at(0)) << "; a.bias = " << ptr("const float", in.at(3)) << "; a.seq_lens = " << ptr("const int32_t", in.at(4))
+    << ";\n";
+  o << "  a.h0 = " << ptr("const float", in.at(5)) << "; a.c0 = " << ptr("const float", in.at(6)) << "; a.peepholes = " << ptr("const float", in.at(7))
+    << ";\n";
+  o << "  a.y = " << ptr("float", int(out.at(0))) << "; a.y_h = " << ptr("float", int(out.at(1))) << "; a.y_c = " << ptr("float", int(out.at(2)))
+    << ";\n";
+  o << "  nnfuse::mk::lstm<nf::A>(a, *static_cast<const " << W << "*>(B[" << st.prepared << "]), nf::Par{ctx});\n}\n";
+  return o.str();
+}
+
+std::string emit_nms(const Stage& st) {
+  const auto& in = st.anchor_inputs;
+  std::ostringstream o;
+  o << "#include \"microkernels/nms.h\"\n";
+  o << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx*, void* const* B) {\n";
+  o << "  nnfuse::mk::NmsArgs a;\n";
+  o << "  a.B = " << ip(st, "B") << "; a.N = " << ip(st, "N") << "; a.C = " << ip(st, "C") << "; a.max_per_class = " << ip(st, "max_per_class")
+    << "; a.center_point_box = " << (ip(st, "center_point_box") ? "true" : "false") << ";\n";
+  o << "  a.boxes = " << ptr("const float", in.at(0)) << "; a.scores = " << ptr("const float", in.at(1)) << ";\n";
+  if (in.at(2) >= 0) o << "  a.iou_threshold = *" << ptr("const float", in[2]) << ";\n";
+  if (in.at(3) >= 0) o << "  a.has_score_threshold = true; a.score_threshold = *" << ptr("const float", in[3]) << ";\n";
+  o << "  a.selected = " << ptr("int64_t", st.kernel_outputs.at(0)) << "; a.capacity = " << ip(st, "capacity") << ";\n";
+  o << "  *" << ptr("int64_t", st.kernel_outputs.at(1)) << " = nnfuse::mk::nms(a);\n}\n";
+  return o.str();
+}
+
+}  // namespace
+
+bool is_kernel_op_stage(const Stage& s) {
+  return s.kind == StageKind::Anchor && (s.anchor_op == "LSTM" || s.anchor_op == "NonMaxSuppression");
+}
+
+std::string emit_kernel_op_stage(const Stage& s) {
+  if (s.anchor_op == "LSTM") return emit_lstm(s);
+  if (s.anchor_op == "NonMaxSuppression") return emit_nms(s);
+  fail(ErrorKind::Unsupported, "emitter: no code for kernel op " + s.anchor_op + " (stage " + s.name + ")");
+}
+
+}  // namespace nnfuse

@@ -1,0 +1,400 @@
+#pragma once
+// Blocked-channel (NCHWc) convolution and pooling; contract in microkernels.h (section 6).
+//
+// Layout NCHW<L>c: a [N, C, H, W] tensor is stored as [N, ceil(C/L), H, W, L] with L = the
+// vector width (16 floats AVX-512, 8 AVX2, 4 NEON); element (n, c, h, w) is at
+// (((n*Cb + c/L)*H + h)*W + w)*L + c%L. The channels past C in the last block are padding: kernels
+// never read them as data (input channels loop to C only; depthwise/pooling lanes are independent,
+// so padding lanes only produce padding lanes) and may write anything there.
+//
+// Why: one vector holds L channels of one pixel, so a convolution is a sum of broadcast(input
+// pixel, channel ci) * weight vector(ci, L output channels) FMAs with no horizontal work, no
+// im2col, and contiguous stores; depthwise convolution and pooling are lane-wise vector ops for
+// any stride. Epilogues see (row = n*Kb + kb, col = (oh*OW + ow)*L), i.e. the output's physical
+// [N*Kb, OH*OW*L] view, so a batch is L output channels of one pixel.
+#include "common.h"
+
+namespace nnfuse::mk {
+
+inline int64_t nchwc_blocks(int64_t c, int64_t L) { return (c + L - 1) / L; }
+
+struct ConvNchwcArgs {
+  int64_t N = 1, C = 0, H = 0, W = 0;  // input (logical)
+  int64_t K = 0, OH = 0, OW = 0;       // output channels and spatial size
+  int64_t KH = 1, KW = 1;
+  int64_t stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0, dil_h = 1, dil_w = 1;
+  bool depthwise = false;  // group == C == K (needs a blocked input); otherwise group 1
+  const float* x = nullptr;
+  bool x_blocked = true;   // input NCHW<L>c, or plain NCHW (the first conv of a blocked chain)
+  const float* w = nullptr;  // packed by pack_conv_nchwc_weights
+  float* y = nullptr;        // NCHW<L>c output
+};
+
+// Weights [K, Cg, KH, KW] (Cg = C, or 1 for depthwise) -> [Kb, Cg, KH, KW, L], zero padded.
+inline int64_t conv_nchwc_packed_size(int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L) {
+  return nchwc_blocks(K, L) * Cg * KH * KW * L;
+}
+inline void pack_conv_nchwc_weights(const float* w, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, float* dst) {
+  const int64_t taps = Cg * KH * KW, Kb = nchwc_blocks(K, L);
+  for (int64_t kb = 0; kb < Kb; ++kb)
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t l = 0; l < L; ++l) {
+        const int64_t k = kb * L + l;
+        dst[(kb * taps + t) * L + l] = k < K ? w[k * taps + t] : 0.f;
+      }
+}
+
+// Packed weights owned by a prepare entry point.
+struct PackedConvNchwc {
+  std::vector<float> w;
+  void pack(const float* src, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L) {
+    w.assign(size_t(conv_nchwc_packed_size(K, Cg, KH, KW, L)), 0.f);
+    pack_conv_nchwc_weights(src, K, Cg, KH, KW, L, w.data());
+  }
+};
+
+namespace detail {
+
+// What a tap in the padding reads (a broadcast scalar or a vector of up to 16 lanes).
+alignas(64) inline constexpr float kZeros[16] = {};
+
+// Rows kh of the kernel whose input row oh*sh - pt + kh*dh lies inside [0, H): [lo, hi).
+inline void kh_range(int64_t oh, int64_t sh, int64_t pt, int64_t dh, int64_t KH, int64_t H, int64_t& lo, int64_t& hi) {
+  lo = 0, hi = KH;
+  while (lo < KH && oh * sh - pt + lo * dh < 0) ++lo;
+  while (hi > lo && oh * sh - pt + (hi - 1) * dh >= H) --hi;
+}
+
+// Calls tile(ow, nu, interior) over pixels [p0, p1) of one row in steps of UR (nu < UR at the
+// end), telling it whether every tap of the step lies inside [0, W) (the path without checks).
+template <int UR, class Tile>
+inline void for_row_tiles(int64_t p0, int64_t p1, int64_t W, int64_t sw, int64_t pl, int64_t KW, int64_t dw, const Tile& tile) {
+  const int64_t in_lo = pl > 0 ? ceil_div(pl, sw) : 0;
+  const int64_t span = (KW - 1) * dw - pl;  // input column of the last tap minus ow*sw
+  const int64_t in_hi = W - 1 - span < 0 ? 0 : (W - 1 - span) / sw + 1;
+  int64_t ow = p0;
+  for (; ow + UR <= p1; ow += UR) tile(ow, int64_t(UR), ow >= in_lo && ow + UR <= in_hi);
+  if (ow < p1) tile(ow, p1 - ow, false);
+}
+
+// Where input channel c of image n starts, for a blocked or a plain NCHW input.
+struct NchwcInput {
+  const float* x;
+  int64_t L, sn, cstride, sh, sw;
+  bool blocked;
+  NchwcInput(const float* px, bool blk, int64_t N, int64_t C, int64_t H, int64_t W, int64_t Lanes)
+      : x(px), L(Lanes), blocked(blk) {
+    (void)N;
+    sw = blk ? Lanes : 1;
+    sh = W * sw;
+    cstride = H * W * (blk ? Lanes : 1);
+    sn = (blk ? nchwc_blocks(C, Lanes) : C) * cstride;
+  }
+  const float* chan(int64_t n, int64_t c) const { return x + n * sn + (blocked ? (c / L) * cstride + c % L : c * cstride); }
+};
+
+// The geometry a dense conv task walks: output pixels [p0, p0 + np) of row oh (a 1x1 / stride-1 /
+// unpadded conv is one row of OH*OW pixels over an input row of H*W).
+struct ConvGeom {
+  int64_t H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw;
+};
+
+// OCB output channel blocks x UR pixels of accumulators, over input channels [c0, c1).
+// Check: some taps of these pixels fall in the padding, or fewer than UR pixels (nu) remain.
+// first: start from zero (else from the partial sums in y); last: apply ep.
+template <class Arch, int OCB, int UR, bool Check, class Ep>
+inline void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, const float* w, int64_t wstride, float* y,
+                            int64_t ystride, int64_t n, int64_t row0, int64_t oh, int64_t ow, int64_t nu, int64_t c0,
+                            int64_t c1, int64_t kh_lo, int64_t kh_hi, bool first, bool last, const Ep& ep) {
+  using V = vfloat<Arch>;
+  constexpr int64_t L = int64_t(V::size);
+  V acc[OCB][UR];
+  float* yp = y + (oh * g.OW + ow) * L;
+  for (int o = 0; o < OCB; ++o)
+    for (int u = 0; u < UR; ++u)
+      acc[o][u] = (first || (Check && u >= nu)) ? V(0.f) : V::load_unaligned(yp + o * ystride + u * L);
+  const int64_t taps = g.KH * g.KW;
+  if (!Check && taps == 1) {
+    // 1x1: one tap per input channel, so walk the channels with pointer steps (within a block:
+    // the next lane; between blocks: the next block plane) and keep the loop to the FMAs.
+    const int64_t ih = oh * g.sh - g.pt, iw0 = ow * g.sw - g.pl, step = g.sw * in.sw;
+    const float* wc = w + c0 * L;
+    for (int64_t ci = c0; ci < c1;) {
+      const int64_t cend = in.blocked ? std::min(c1, (ci / in.L + 1) * in.L) : c1;
+      const int64_t cstep = in.blocked ? 1 : in.cstride;
+      const float* xp = in.chan(n, ci) + ih * in.sh + iw0 * in.sw;
+      for (; ci < cend; ++ci, xp += cstep, wc += L) {
+        V wv[OCB];
+        for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride);
+        for (int u = 0; u < UR; ++u) {
+          const V xv(xp[u * step]);
+          for (int o = 0; o < OCB; ++o) acc[o][u] = xsimd::fma(xv, wv[o], acc[o][u]);
+        }
+      }
+    }
+    c1 = c0;  // done: skip the general loop
+  }
+  for (int64_t ci = c0; ci < c1; ++ci) {
+    const float* xc = in.chan(n, ci);
+    const float* wc = w + ci * taps * L;
+    for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+      const float* xr = xc + (oh * g.sh - g.pt + kh * g.dh) * in.sh;
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        V wv[OCB];
+        for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride + (kh * g.KW + kw) * L);
+        const int64_t iw0 = ow * g.sw - g.pl + kw * g.dw;
+        for (int u = 0; u < UR; ++u) {
+          const int64_t iw = iw0 + u * g.sw;
+          // Taps in the padding (and pixels past nu) read a zero instead of branching, so the
+          // accumulators stay in registers on the border path too.
+          const float* xp = xr + iw * in.sw;
+          if constexpr (Check) xp = (u < nu && iw >= 0 && iw < g.W) ? xp : kZeros;
+          const V xv(*xp);
+          for (int o = 0; o < OCB; ++o) acc[o][u] = xsimd::fma(xv, wv[o], acc[o][u]);
+        }
+      }
+    }
+  }
+  for (int o = 0; o < OCB; ++o)
+    for (int u = 0; u < UR; ++u) {
+      if (Check && u >= nu) break;
+      const V r = last ? ep(acc[o][u], row0 + o, (oh * g.OW + ow + u) * L) : acc[o][u];
+      r.store_unaligned(yp + o * ystride + u * L);
+    }
+}
+
+// Accumulators per pixel for OCB output blocks: all vector registers but the weights and the
+// broadcast input (16 on AVX2, 32 on AVX-512 and NEON).
+template <class Arch, int OCB>
+constexpr int conv_nchwc_ur() {
+  constexpr int regs = vfloat<Arch>::size == 8 ? 16 : 32;
+  constexpr int ur = (regs - OCB - 1) / OCB;
+  return ur > 14 ? 14 : ur;
+}
+
+// One task: output blocks [kb0, kb0 + OCB) of image n, pixels [p0, p1) of row oh.
+template <class Arch, int OCB, class Ep>
+inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cchunk, int64_t n,
+                            int64_t kb0, int64_t oh, int64_t p0, int64_t p1, const Ep& ep) {
+  constexpr int UR = conv_nchwc_ur<Arch, OCB>();
+  constexpr int64_t L = int64_t(vfloat<Arch>::size);
+  const int64_t Kb = nchwc_blocks(a.K, L), taps = g.KH * g.KW;
+  const int64_t wstride = a.C * taps * L, ystride = g.OH * g.OW * L;
+  const float* w = a.w + kb0 * wstride;
+  float* y = a.y + (n * Kb + kb0) * ystride;
+  int64_t kh_lo, kh_hi;
+  kh_range(oh, g.sh, g.pt, g.dh, g.KH, g.H, kh_lo, kh_hi);
+  for (int64_t c0 = 0; c0 < a.C; c0 += cchunk) {
+    const int64_t c1 = std::min(a.C, c0 + cchunk);
+    const bool first = c0 == 0, last = c1 == a.C;
+    for_row_tiles<UR>(p0, p1, g.W, g.sw, g.pl, g.KW, g.dw, [&](int64_t ow, int64_t nu, bool interior) {
+      if (interior)
+        conv_nchwc_tile<Arch, OCB, UR, false>(g, in, w, wstride, y, ystride, n, n * Kb + kb0, oh, ow, nu, c0, c1, kh_lo, kh_hi,
+                                              first, last, ep);
+      else
+        conv_nchwc_tile<Arch, OCB, UR, true>(g, in, w, wstride, y, ystride, n, n * Kb + kb0, oh, ow, nu, c0, c1, kh_lo, kh_hi,
+                                             first, last, ep);
+    });
+  }
+}
+
+template <class Arch, class Ep, class ParFor>
+void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
+  constexpr int64_t L = int64_t(vfloat<Arch>::size);
+  constexpr int OCBMAX = vfloat<Arch>::size == 8 ? 2 : 4;
+  const int64_t Kb = nchwc_blocks(a.K, L);
+  ConvGeom g{a.H, a.W, a.OH, a.OW, a.KH, a.KW, a.stride_h, a.stride_w, a.pad_top, a.pad_left, a.dil_h, a.dil_w};
+  const bool flat = a.KH == 1 && a.KW == 1 && a.stride_h == 1 && a.stride_w == 1 && a.pad_top == 0 && a.pad_left == 0 &&
+                    a.OH == a.H && a.OW == a.W;
+  if (flat) g = ConvGeom{1, a.H * a.W, 1, a.OH * a.OW, 1, 1, 1, 1, 0, 0, 1, 1};
+  const NchwcInput in(a.x, a.x_blocked, a.N, a.C, g.H, g.W, L);
+  // Input channels per pass: the weight panel (OCB blocks) stays within ~128 KiB (L2), partial
+  // sums go through y between passes (never split across tasks: results do not depend on par).
+  const int64_t cchunk = std::max<int64_t>(1, 32768 / (OCBMAX * L * g.KH * g.KW));
+  // Pixel segments: whole rows, or chunks of the flattened plane (enough tasks for the pool).
+  const int64_t seg = flat ? std::max<int64_t>(int64_t(conv_nchwc_ur<Arch, OCBMAX>()) * 4, 1) : g.OW;
+  const int64_t nseg = ceil_div(g.OW, seg), kgroups = ceil_div(Kb, int64_t(OCBMAX));
+  const int64_t tasks = a.N * kgroups * g.OH * nseg;
+  par(tasks, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t s = t % nseg, oh = (t / nseg) % g.OH, kg = (t / (nseg * g.OH)) % kgroups, n = t / (nseg * g.OH * kgroups);
+      const int64_t kb0 = kg * OCBMAX, p0 = s * seg, p1 = std::min(g.OW, p0 + seg);
+      switch (std::min<int64_t>(OCBMAX, Kb - kb0)) {
+        case 4: if constexpr (OCBMAX >= 4) conv_nchwc_task<Arch, 4>(a, g, in, cchunk, n, kb0, oh, p0, p1, ep); break;
+        case 3: if constexpr (OCBMAX >= 3) conv_nchwc_task<Arch, 3>(a, g, in, cchunk, n, kb0, oh, p0, p1, ep); break;
+        case 2: conv_nchwc_task<Arch, 2>(a, g, in, cchunk, n, kb0, oh, p0, p1, ep); break;
+        default: conv_nchwc_task<Arch, 1>(a, g, in, cchunk, n, kb0, oh, p0, p1, ep); break;
+      }
+    }
+  });
+}
+
+// Depthwise: UR pixels of one channel block, lane-wise FMAs with vector loads of the input.
+template <class Arch, int UR, bool Check, class Ep>
+inline void dw_nchwc_tile(const ConvNchwcArgs& a, const float* xb, const float* wb, float* yb, int64_t row, int64_t oh,
+                          int64_t ow, int64_t nu, int64_t kh_lo, int64_t kh_hi, const Ep& ep) {
+  using V = vfloat<Arch>;
+  constexpr int64_t L = int64_t(V::size);
+  V acc[UR];
+  for (int u = 0; u < UR; ++u) acc[u] = V(0.f);
+  for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+    const float* xr = xb + (oh * a.stride_h - a.pad_top + kh * a.dil_h) * a.W * L;
+    for (int64_t kw = 0; kw < a.KW; ++kw) {
+      const V wv = V::load_unaligned(wb + (kh * a.KW + kw) * L);
+      const int64_t iw0 = ow * a.stride_w - a.pad_left + kw * a.dil_w;
+      for (int u = 0; u < UR; ++u) {
+        const int64_t iw = iw0 + u * a.stride_w;
+        const float* xp = xr + iw * L;
+        if constexpr (Check) xp = (u < nu && iw >= 0 && iw < a.W) ? xp : kZeros;
+        acc[u] = xsimd::fma(V::load_unaligned(xp), wv, acc[u]);
+      }
+    }
+  }
+  for (int u = 0; u < UR; ++u) {
+    if (Check && u >= nu) break;
+    const int64_t p = oh * a.OW + ow + u;
+    ep(acc[u], row, p * L).store_unaligned(yb + p * L);
+  }
+}
+
+template <class Arch, class Ep, class ParFor>
+void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
+  constexpr int64_t L = int64_t(vfloat<Arch>::size);
+  constexpr int UR = vfloat<Arch>::size == 8 ? 8 : 12;
+  const int64_t Cb = nchwc_blocks(a.C, L);
+  par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t oh = t % a.OH, row = t / a.OH, cb = row % Cb;
+      const float* xb = a.x + row * a.H * a.W * L;
+      const float* wb = a.w + cb * a.KH * a.KW * L;
+      float* yb = a.y + row * a.OH * a.OW * L;
+      int64_t kl, kh;
+      kh_range(oh, a.stride_h, a.pad_top, a.dil_h, a.KH, a.H, kl, kh);
+      for_row_tiles<UR>(0, a.OW, a.W, a.stride_w, a.pad_left, a.KW, a.dil_w, [&](int64_t ow, int64_t nu, bool interior) {
+        if (interior) dw_nchwc_tile<Arch, UR, false>(a, xb, wb, yb, row, oh, ow, nu, kl, kh, ep);
+        else dw_nchwc_tile<Arch, UR, true>(a, xb, wb, yb, row, oh, ow, nu, kl, kh, ep);
+      });
+    }
+  });
+}
+
+}  // namespace detail
+
+// y = ep(conv(x, w)) in NCHW<L>c (L = vfloat<Arch>::size); bias and activations are epilogue.
+template <class Arch, class Ep = IdentityEpilogue, class ParFor = SerialFor>
+void conv2d_nchwc(const ConvNchwcArgs& a, const Ep& ep = {}, const ParFor& par = {}) {
+  if (a.N <= 0 || a.K <= 0 || a.OH <= 0 || a.OW <= 0) return;
+  if (a.depthwise) detail::conv_nchwc_depthwise<Arch>(a, ep, par);
+  else detail::conv_nchwc_dense<Arch>(a, ep, par);
+}
+
+struct PoolNchwcArgs {
+  int64_t N = 1, C = 0, H = 0, W = 0, OH = 0, OW = 0, KH = 1, KW = 1;
+  int64_t stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0, dil_h = 1, dil_w = 1;
+  bool is_max = true, count_include_pad = false;
+  const float* x = nullptr;  // NCHW<L>c
+  float* y = nullptr;        // NCHW<L>c
+};
+
+// Max / average pooling, lane-wise over L channels; same semantics as pool2d (pool.h): max of an
+// all-padding window is -inf, average divides by the taps inside the input or, with
+// count_include_pad, by the taps inside [-pad, size + pad_end).
+template <class Arch, class Ep = IdentityEpilogue, class ParFor = SerialFor>
+void pool2d_nchwc(const PoolNchwcArgs& a, const Ep& ep = {}, const ParFor& par = {}) {
+  using V = vfloat<Arch>;
+  constexpr int64_t L = int64_t(V::size);
+  const int64_t Cb = nchwc_blocks(a.C, L);
+  if (a.N <= 0 || Cb <= 0 || a.OH <= 0 || a.OW <= 0) return;
+  par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t oh = t % a.OH, row = t / a.OH;
+      const float* xb = a.x + row * a.H * a.W * L;
+      float* yb = a.y + row * a.OH * a.OW * L;
+      int64_t kl, kh;
+      detail::kh_range(oh, a.stride_h, a.pad_top, a.dil_h, a.KH, a.H, kl, kh);
+      for (int64_t ow = 0; ow < a.OW; ++ow) {
+        V acc(a.is_max ? -std::numeric_limits<float>::infinity() : 0.f), acc2(acc);
+        int64_t cnt = 0;
+        for (int64_t i = kl; i < kh; ++i) {
+          const float* xr = xb + (oh * a.stride_h - a.pad_top + i * a.dil_h) * a.W * L;
+          int64_t kw = 0;
+          const int64_t iw0 = ow * a.stride_w - a.pad_left;
+          // Two accumulators: a global pool is one long chain otherwise.
+          for (; kw < a.KW; ++kw) {
+            const int64_t iw = iw0 + kw * a.dil_w;
+            if (iw < 0 || iw >= a.W) continue;
+            const V v = V::load_unaligned(xr + iw * L);
+            V& d = (cnt & 1) ? acc2 : acc;
+            d = a.is_max ? xsimd::max(d, v) : d + v;
+            ++cnt;
+          }
+        }
+        acc = a.is_max ? xsimd::max(acc, acc2) : acc + acc2;
+        if (!a.is_max) {
+          if (a.count_include_pad) {
+            const int64_t h0 = oh * a.stride_h - a.pad_top, w0 = ow * a.stride_w - a.pad_left;
+            const int64_t h1 = std::min(h0 + (a.KH - 1) * a.dil_h + 1, a.H + a.pad_bottom);
+            const int64_t w1 = std::min(w0 + (a.KW - 1) * a.dil_w + 1, a.W + a.pad_right);
+            cnt = (h1 > h0 ? ceil_div(h1 - h0, a.dil_h) : 0) * (w1 > w0 ? ceil_div(w1 - w0, a.dil_w) : 0);
+          }
+          acc = cnt ? acc / V(float(cnt)) : V(0.f);
+        }
+        ep(acc, row, (oh * a.OW + ow) * L).store_unaligned(yb + (oh * a.OW + ow) * L);
+      }
+    }
+  });
+}
+
+// Element access of a generated stage in the NCHW<L>c view (see lowering/layout.cpp): V is a
+// batch of L lanes (lane 0 at a block start) or a float (one lane, `lane`). p points at lane 0;
+// lane j is at p[j*LS] (LS = 0: one value broadcast). Lanes >= nvalid are padding channels of a
+// plain-layout buffer: not read (zero) and not written.
+template <class V, int64_t LS>
+inline V nchwc_load(const float* p, int64_t lane, int64_t nvalid) {
+  if constexpr (std::is_same_v<V, float>) {
+    return lane < nvalid ? p[lane * LS] : 0.f;
+  } else {
+    constexpr int64_t L = int64_t(V::size);
+    if constexpr (LS == 0) return V(*p);
+    if (nvalid >= L) {
+      if constexpr (LS == 1) return V::load_unaligned(p);
+    }
+    alignas(64) float t[L];
+    for (int64_t j = 0; j < L; ++j) t[j] = j < nvalid ? p[j * LS] : 0.f;
+    return V::load_aligned(t);
+  }
+}
+template <class V, int64_t LS>
+inline void nchwc_store(float* p, int64_t lane, int64_t nvalid, const V& v) {
+  if constexpr (std::is_same_v<V, float>) {
+    if (lane < nvalid) p[lane * LS] = v;
+  } else {
+    constexpr int64_t L = int64_t(V::size);
+    if constexpr (LS == 1) {
+      if (nvalid >= L) return v.store_unaligned(p);
+    }
+    alignas(64) float t[L];
+    v.store_aligned(t);
+    for (int64_t j = 0; j < std::min(nvalid, L); ++j) p[j * LS] = t[j];
+  }
+}
+
+// Layout conversions (used by tests and as the reference of what the index maps compute).
+inline void nchw_to_nchwc(const float* x, int64_t N, int64_t C, int64_t HW, int64_t L, float* y) {
+  const int64_t Cb = nchwc_blocks(C, L);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t cb = 0; cb < Cb; ++cb)
+      for (int64_t p = 0; p < HW; ++p)
+        for (int64_t l = 0; l < L; ++l) {
+          const int64_t c = cb * L + l;
+          y[((n * Cb + cb) * HW + p) * L + l] = c < C ? x[(n * C + c) * HW + p] : 0.f;
+        }
+}
+inline void nchwc_to_nchw(const float* x, int64_t N, int64_t C, int64_t HW, int64_t L, float* y) {
+  const int64_t Cb = nchwc_blocks(C, L);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t p = 0; p < HW; ++p) y[(n * C + c) * HW + p] = x[((n * Cb + c / L) * HW + p) * L + c % L];
+}
+
+}  // namespace nnfuse::mk

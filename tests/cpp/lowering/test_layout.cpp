@@ -1,0 +1,162 @@
+// Layout assignment (lowering/layout.cpp): which buffers and stages run in NCHW<c>c, that layout
+// changes are folded into neighbouring stages (never stages of their own), and that blocked code
+// computes what the reference interpreter computes (channel counts that are not multiples of the
+// block, plain inputs and outputs, residual and broadcast epilogues, pooling, a Gemm head).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+#include "fusion/planner.h"
+#include "fusion/target.h"
+#include "graph/builder.h"
+#include "graph/interpreter.h"
+#include "graph/zoo.h"
+#include "kernels/cpu_model.h"
+#include "lowering_test_util.h"
+
+using namespace nnfuse;
+using namespace nnfuse::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+KernelModule lower_with(const Graph& g, const FusionPlan& p, int block) {
+  LowerOptions o;
+  o.layout_block = block;
+  return lower_module(g, p, o);
+}
+
+std::vector<std::string> stage_names(const KernelModule& km) {
+  std::vector<std::string> r;
+  for (auto& s : km.stages) r.push_back(s.name + ":" + stage_kind_name(s.kind));
+  return r;
+}
+
+// A blocked buffer is only touched by blocked stages; graph inputs and outputs stay plain.
+void check_layout_invariants(const KernelModule& km) {
+  for (auto& s : km.stages) {
+    INFO("stage " << s.name);
+    for (auto* list : {&s.inputs, &s.outputs})
+      for (int b : *list)
+        if (km.buffers[size_t(b)].layout_block > 0) CHECK(s.layout_block > 0);
+  }
+  for (auto& [name, b] : km.graph_inputs) CHECK(km.buffers[size_t(b)].layout_block == 0);
+  for (auto& [name, b] : km.graph_outputs) CHECK(km.buffers[size_t(b)].layout_block == 0);
+}
+
+int count_convs(const KernelModule& km, bool blocked) {
+  int n = 0;
+  for (auto& s : km.stages) n += s.anchor_op == "Conv" && (!blocked || s.layout_block > 0);
+  return n;
+}
+
+FusionPlan host_plan(const Graph& g) {
+  PlanOptions po;
+  po.profile = false;
+  return plan_fusion(g, target_by_name("host"), po);
+}
+
+}  // namespace
+
+TEST_CASE("layout: CNN chains stay blocked, with no reorder stages", "[layout]") {
+  for (const char* name : {"resnet_tiny", "mobilenet_tiny", "efficientnet_tiny"}) {
+    INFO(name);
+    Model m = build_zoo_model(name, ZooOptions{});
+    FusionPlan plan = host_plan(m.graph);
+    KernelModule plain = lower_with(m.graph, plan, 0);
+    for (int block : {16, 8, 4}) {
+      INFO("block " << block);
+      KernelModule km = lower_with(m.graph, plan, block);
+      // Same stages as the NCHW lowering: every layout change is inside an existing stage.
+      CHECK(stage_names(km) == stage_names(plain));
+      check_layout_invariants(km);
+      CHECK(km.layout_block == block);
+      // Every convolution runs blocked; the first reads the plain model input itself.
+      CHECK(count_convs(km, true) == count_convs(km, false));
+      bool plain_input_conv = false;
+      for (auto& s : km.stages)
+        if (s.anchor_op == "Conv" && s.layout_block > 0 && s.iparams.at("XBLK") == 0) plain_input_conv = true;
+      CHECK(plain_input_conv);
+      // The blocked -> plain change at the head is a masked store of a blocked stage.
+      bool folded_store = false;
+      for (auto& s : km.stages)
+        if (s.layout_block > 0)
+          for (auto& st : s.stores) folded_store = folded_store || (km.buffers[size_t(st.buffer)].layout_block == 0 && st.access.masked);
+      CHECK(folded_store);
+      auto j = km.summary();
+      CHECK(j["layout"]["block"] == block);
+      CHECK(j["layout"]["blocked_stages"].get<int>() > 0);
+      CHECK(j["layout"]["reorders_folded"].get<int>() >= 2);
+    }
+    for (auto& s : plain.stages) CHECK(s.layout_block == 0);
+    for (auto& b : plain.buffers) CHECK(b.layout_block == 0);
+  }
+}
+
+TEST_CASE("layout: a plain-only consumer keeps its producer's buffer plain", "[layout]") {
+  // Conv -> Relu feeds both a Conv (blocked-capable) and a Transpose (Shuffle: plain only).
+  GraphBuilder gb("mixed");
+  auto x = gb.input("x", DType::Float32, {1, 5, 6, 7});
+  auto c1 = gb.op("Conv", {x, gb.weight("w1", {12, 5, 3, 3}, 0.3f)}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  auto r1 = gb.op("Relu", {c1});
+  auto c2 = gb.op("Conv", {r1, gb.weight("w2", {9, 12, 1, 1}, 0.3f), gb.weight("b2", {9})});
+  auto t = gb.op("Transpose", {r1}, GraphBuilder::attrs({{"perm", A::is({0, 2, 3, 1})}}));
+  gb.output(c2);
+  gb.output(t);
+  Model m = gb.finish();
+  KernelModule km = lower_with(m.graph, singleton_plan(m.graph), 16);
+  check_layout_invariants(km);
+  CHECK(km.buffers[size_t(km.buffer_id(r1))].layout_block == 0);
+  CHECK(km.buffers[size_t(km.buffer_id(c1))].layout_block == 16);
+  // Nothing blocked reaches the plain consumers: the Relu stage stores plain (masked) itself.
+  for (auto& s : km.stages)
+    if (s.anchor_op.empty() && s.kind == StageKind::Elementwise && s.layout_block > 0)
+      for (auto& st : s.stores) CHECK(st.access.masked);
+}
+
+TEST_CASE("layout: blocked kernels match the reference for odd channel counts", "[layout][codegen]") {
+  // C = 3 -> 20 -> depthwise 20 (+ residual) -> max pool -> 1x1 to 7 with a per-channel scale
+  // broadcast from a [1, 7, 1, 1] weight -> average pool -> global pool -> Flatten -> Gemm.
+  GraphBuilder gb("odd_channels");
+  auto x = gb.input("x", DType::Float32, {1, 3, 17, 15});
+  auto c1 = gb.op("Conv", {x, gb.weight("w1", {20, 3, 3, 3}, 0.3f), gb.weight("b1", {20})},
+                  GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}, {"strides", A::is({2, 1})}}));
+  auto r1 = gb.op("Relu", {c1});
+  auto dw = gb.op("Conv", {r1, gb.weight("wd", {20, 1, 3, 3}, 0.3f)},
+                  GraphBuilder::attrs({{"pads", A::is({2, 2, 2, 2})}, {"group", A::i(20)}, {"dilations", A::is({2, 2})}}));
+  auto res = gb.op("Add", {dw, r1});
+  auto mp = gb.op("MaxPool", {res}, GraphBuilder::attrs({{"kernel_shape", A::is({3, 3})}, {"strides", A::is({2, 2})}, {"pads", A::is({1, 1, 1, 1})}}));
+  auto c2 = gb.op("Conv", {mp, gb.weight("w2", {7, 20, 1, 1}, 0.3f)});
+  auto sc = gb.op("Mul", {c2, gb.uniform("s", {1, 7, 1, 1}, 0.5f, 1.5f)});
+  auto sg = gb.op("Sigmoid", {sc});
+  auto ap = gb.op("AveragePool", {sg}, GraphBuilder::attrs({{"kernel_shape", A::is({2, 2})}, {"pads", A::is({0, 0, 1, 1})}, {"count_include_pad", A::i(1)}}));
+  auto gap = gb.op("GlobalAveragePool", {ap});
+  auto fl = gb.op("Flatten", {gap});
+  auto fc = gb.op("Gemm", {fl, gb.weight("wf", {4, 7}, 0.3f), gb.weight("bf", {4})}, GraphBuilder::attrs({{"transB", A::i(1)}}));
+  gb.output(fc);
+  gb.output(mp);  // a blocked value that is also a model output: stored plain by its producer
+  Model m = gb.finish();
+  FusionPlan plan = host_plan(m.graph);
+  TensorMap feeds = random_feeds(m.graph, 5);
+  TensorMap want = run_reference(m.graph, feeds);
+  fs::path cache = fs::temp_directory_path() / ("nnfuse_test_layout_" + std::to_string(::getpid()));
+  // (target, forced block or -1 for the target's own); block 0 is the plain NCHW comparison.
+  const int host_block = target_by_name("host").vector_bytes / 4;  // floats per vector
+  for (auto [target, block, expect] : {std::tuple{"host", -1, host_block}, std::tuple{"x86-avx2", -1, 8}, std::tuple{"host", 0, 0}}) {
+    INFO(target << " block " << expect);
+    CpuCompileOptions o;
+    o.target = target;
+    o.cache_dir = cache.string();
+    o.threads = 2;
+    o.lower.layout_block = block;
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    const KernelModule& km = cm->module();
+    CHECK(km.layout_block == expect);
+    CHECK(count_convs(km, true) == (expect ? 3 : 0));
+    check_layout_invariants(km);
+    check_close(cm->run(feeds), want);
+  }
+  std::error_code ec;
+  fs::remove_all(cache, ec);
+}
