@@ -413,10 +413,15 @@ void CpuModel::save(const std::string& dir) const {
   }
   nlohmann::json blocks = nlohmann::json::array();
   for (auto& b : plan_.blocks) {
-    std::vector<std::string> mem;
+    std::vector<std::string> mem, recomputed;
     for (NodeId id : b.members) mem.push_back(m.graph.node(id).name);
+    // Members this block computes again (a cheap chain shared with other blocks): the plan check
+    // at load time needs them marked to accept a node in several blocks.
+    for (auto& r : b.reasons)
+      if (r.decision == "recomputed") recomputed.push_back(m.graph.node(r.node).name);
     blocks.push_back({{"id", b.id}, {"members", mem}, {"anchor", b.anchor == kNoNode ? "" : m.graph.node(b.anchor).name},
-                      {"mapping_type", mapping_type_name(b.type)}, {"inputs", b.inputs}, {"outputs", b.outputs}});
+                      {"mapping_type", mapping_type_name(b.type)}, {"inputs", b.inputs}, {"outputs", b.outputs},
+                      {"recomputed", recomputed}});
   }
   plan["blocks"] = blocks;
   std::vector<std::string> stages;
@@ -460,6 +465,14 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
     blk.type = mapping_type_from_name(b["mapping_type"]).value_or(MappingType::OneToOne);
     blk.inputs = b["inputs"].get<std::vector<std::string>>();
     blk.outputs = b["outputs"].get<std::vector<std::string>>();
+    for (auto& n : b.value("recomputed", nlohmann::json::array())) {
+      auto it = by_name.find(n.get<std::string>());
+      if (it == by_name.end()) fail(ErrorKind::Io, "artifact plan names node '" + n.get<std::string>() + "' absent from model.onnx");
+      MemberReason r;
+      r.node = it->second;
+      r.decision = "recomputed";
+      blk.reasons.push_back(r);
+    }
     fp.blocks.push_back(blk);
   }
   for (NodeId id : g.node_ids())
