@@ -20,6 +20,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -46,7 +47,6 @@ _LAUNCHER = (
 
 def run_measured(argv):
     """Runs argv; returns (stdout, stderr, returncode, peak RSS of that process in MiB)."""
-    import tempfile
     with tempfile.NamedTemporaryFile("r") as rss:
         r = subprocess.run([sys.executable, "-c", _LAUNCHER, rss.name, *map(str, argv)], capture_output=True, text=True)
         kib = rss.read().strip()
@@ -54,15 +54,16 @@ def run_measured(argv):
 
 
 def cli(path, *args, rss=False):
-    out, err, rc, peak = run_measured([path, *map(str, args), "--json"]) if rss else (*_run(path, args), 0)
+    """Runs `nnfuse ARGS --json` and returns its JSON; with rss=True, (JSON, the process's peak RSS in MiB)."""
+    argv = [path, *map(str, args), "--json"]
+    if rss:
+        out, err, rc, peak = run_measured(argv)
+    else:
+        r = subprocess.run(argv, capture_output=True, text=True)
+        out, err, rc = r.stdout, r.stderr, r.returncode
     if rc != 0:
         raise SystemExit(f"nnfuse {' '.join(map(str, args))} failed: {err.strip()[-2000:]}")
     return (json.loads(out), peak) if rss else json.loads(out)
-
-
-def _run(path, args):
-    r = subprocess.run([path, *map(str, args), "--json"], capture_output=True, text=True)
-    return r.stdout, r.stderr, r.returncode
 
 
 def ort_child(model, inputs, threads, runs):

@@ -36,6 +36,10 @@ int64_t bytes_of(const TensorType& t) {
   return n ? *n * int64_t(std::max<size_t>(1, dtype_size(t.dtype))) : 0;
 }
 
+// Bandwidth for a tensor of `bytes`: from L2 when it fits, else from memory (GB/s = bytes/ns).
+double bandwidth_gbps(int64_t bytes, const TargetDesc& t) { return t.mem_gbps * (bytes <= t.l2_bytes ? 4.0 : 1.0); }
+double launch_us(const TargetDesc& t) { return t.family == "cuda" || t.family == "opencl" ? 5.0 : 1.0; }
+
 // A Transpose whose permutation keeps the last axis last only reorders rows: contiguous runs
 // survive and the fused access stays cheap.
 int64_t shuffle_inner_stride(const Graph& g, NodeId id) {
@@ -62,9 +66,7 @@ PairEstimate estimate_pair(const Graph& g, NodeId first, NodeId second, const Ta
     if (!o.empty())
       if (auto n = g.type(o).numel()) e.elements += *n;
   // Memory round trip: written once, read once; from cache when it fits in L2.
-  double bw = t.mem_gbps * (e.intermediate_bytes <= t.l2_bytes ? 4.0 : 1.0);
-  double launch_us = t.family == "cuda" || t.family == "opencl" ? 5.0 : 1.0;
-  e.saved_us = 2.0 * double(e.intermediate_bytes) / (bw * 1e3) + launch_us;
+  e.saved_us = 2.0 * double(e.intermediate_bytes) / (bandwidth_gbps(e.intermediate_bytes, t) * 1e3) + launch_us(t);
 
   MappingType ma = node_mapping_type(g, first), mb = node_mapping_type(g, second);
   double flops_per_us = t.peak_gflops * 1e3;
@@ -91,12 +93,6 @@ PairEstimate estimate_pair(const Graph& g, NodeId first, NodeId second, const Ta
   }
   return e;
 }
-
-namespace {
-// Bandwidth for a tensor of `bytes`: from L2 when it fits, else from memory (GB/s = bytes/ns).
-double bandwidth_gbps(int64_t bytes, const TargetDesc& t) { return t.mem_gbps * (bytes <= t.l2_bytes ? 4.0 : 1.0); }
-double launch_us(const TargetDesc& t) { return t.family == "cuda" || t.family == "opencl" ? 5.0 : 1.0; }
-}  // namespace
 
 RecomputeEstimate estimate_recompute(const Graph& g, const std::vector<NodeId>& chain, int consumers, const TargetDesc& t,
                                      bool own_kernel) {

@@ -470,25 +470,31 @@ bool Graph::reaches(NodeId from, NodeId to) const {
   return false;
 }
 
+namespace {
+// The If/Loop/Scan bodies a node holds in its graph attributes.
+std::vector<const Graph*> bodies_of(const Node& n) {
+  std::vector<const Graph*> bodies;
+  for (auto& [name, a] : n.attrs.all()) {
+    if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g.get());
+    if (a.kind == Attribute::Kind::Graphs)
+      for (auto& b : a.graphs) bodies.push_back(b.get());
+  }
+  return bodies;
+}
+}  // namespace
+
 std::vector<std::string> Graph::outer_references() const {
   std::set<std::string> r;
   for (auto& [k, v] : impl_->values)
     if (v.producer == kNoNode && !v.uses.empty() && !is_input(k) && !is_initializer(k)) r.insert(k);
   // Bodies nested in this graph's nodes may read further out, past this graph.
-  for (auto& [id, vx] : impl_->vertex_of) {
-    for (auto& [name, a] : impl_->g[vx].attrs.all()) {
-      std::vector<const Graph*> bodies;
-      if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g.get());
-      if (a.kind == Attribute::Kind::Graphs)
-        for (auto& b : a.graphs) bodies.push_back(b.get());
-      for (const Graph* b : bodies)
-        for (auto& ref : b->outer_references()) {
-          auto it = impl_->values.find(ref);
-          bool local = it != impl_->values.end() && (it->second.producer != kNoNode || is_input(ref) || is_initializer(ref));
-          if (!local) r.insert(ref);
-        }
-    }
-  }
+  for (auto& [id, vx] : impl_->vertex_of)
+    for (const Graph* b : bodies_of(impl_->g[vx]))
+      for (auto& ref : b->outer_references()) {
+        auto it = impl_->values.find(ref);
+        bool local = it != impl_->values.end() && (it->second.producer != kNoNode || is_input(ref) || is_initializer(ref));
+        if (!local) r.insert(ref);
+      }
   return {r.begin(), r.end()};
 }
 
@@ -508,15 +514,9 @@ Graph Graph::extract(const std::vector<NodeId>& ids) const {
   for (NodeId id : order) {
     // What a node reads: its inputs, and the values its If/Loop/Scan bodies read from this graph.
     std::vector<std::string> reads = node(id).inputs;
-    for (auto& [k, a] : node(id).attrs.all()) {
-      std::vector<const Graph*> bodies;
-      if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g.get());
-      if (a.kind == Attribute::Kind::Graphs)
-        for (auto& b : a.graphs) bodies.push_back(b.get());
-      for (const Graph* b : bodies)
-        for (auto& r : b->outer_references())
-          if (has_value(r)) reads.push_back(r);  // else it is read from further out than this graph
-    }
+    for (const Graph* b : bodies_of(node(id)))
+      for (auto& r : b->outer_references())
+        if (has_value(r)) reads.push_back(r);  // else it is read from further out than this graph
     for (auto& i : reads) {
       if (i.empty() || produced.count(i) || sub.has_value(i)) continue;
       if (auto* t = find_initializer(i); t && !is_input(i)) sub.set_initializer(i, *t);

@@ -284,13 +284,8 @@ TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_
     }
   }
   for (auto& [name, b] : mod_.graph_inputs) {
-    auto it = feeds.find(name);
-    if (it == feeds.end()) fail(ErrorKind::Invalid, "missing input '" + name + "'");
+    const Tensor& t = checked_feed(mod_, feeds, name, b);
     const KBuffer& B = mod_.buffers[size_t(b)];
-    const Tensor& t = it->second;
-    if (t.dtype() != B.dtype || t.shape() != B.shape)
-      fail(ErrorKind::Invalid, "input '" + name + "' is " + dtype_name(t.dtype()) + shape_str(t.shape()) + "; the model was compiled for " +
-                                   dtype_name(B.dtype) + shape_str(B.shape));
     if (B.kind == BufferKind::Output) std::memcpy(ptrs[size_t(b)], t.raw(), t.nbytes());  // an input that is also an output
     else ptrs[size_t(b)] = const_cast<void*>(t.raw());
   }
@@ -299,7 +294,7 @@ TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_
   ctx.status = &status;
   if (stage_ms) stage_ms->assign(mod_.stages.size(), 0);
   for (size_t i = 0; i < mod_.stages.size(); ++i) {
-    auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = stage_ms ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (fns_[i]) {
       fns_[i](&ctx, ptrs.data());
       if (status) fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_node_list(mod_.graph, mod_.stages[i]) +

@@ -1,6 +1,5 @@
 #include "kernels/cross_run.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -71,23 +70,6 @@ std::vector<int64_t> weight_offsets(const KernelModule& m, int64_t& total) {
   return off;
 }
 
-int sh(const std::string& cmd, std::string& out) {
-  out.clear();
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-std::string quote(const std::string& s) {
-  std::string r = "'";
-  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return r + "'";
-}
-
 std::string emulator_for(const CrossRunOptions& o) {
   if (!o.emulator.empty()) return o.emulator;
   if (!is_cross_target(o.target)) return "";
@@ -103,6 +85,17 @@ fs::path fresh_dir() {
 }
 
 }  // namespace
+
+const Tensor& checked_feed(const KernelModule& m, const TensorMap& feeds, const std::string& name, int buffer) {
+  auto it = feeds.find(name);
+  if (it == feeds.end()) fail(ErrorKind::Invalid, "missing input '" + name + "'");
+  const KBuffer& b = m.buffers[size_t(buffer)];
+  const Tensor& t = it->second;
+  if (t.dtype() != b.dtype || t.shape() != b.shape)
+    fail(ErrorKind::Invalid, "input '" + name + "' is " + dtype_name(t.dtype()) + shape_str(t.shape()) + "; the model was compiled for " +
+                                 dtype_name(b.dtype) + shape_str(b.shape));
+  return t;
+}
 
 bool is_cross_target(const std::string& target) {
 #if defined(__aarch64__)
@@ -216,14 +209,6 @@ int64_t write_driver_weights(const KernelModule& m, const std::string& path) {
 
 BuildResult build_standalone(const KernelModule& m, const CrossRunOptions& o) {
   check_standalone(m, o.target);
-  if (is_cross_target(o.target)) {
-    const char* env = std::getenv("NNFUSE_CXX");
-    const std::string cxx = !o.compiler.empty() ? o.compiler : env && *env ? env : "aarch64-linux-gnu-g++";
-    std::string out;
-    if (sh(quote(cxx) + " --version", out) != 0)
-      fail(ErrorKind::Unsupported, "target " + o.target + " needs the cross compiler '" + cxx +
-                                       "' (Debian/Ubuntu: apt-get install g++-aarch64-linux-gnu; or set NNFUSE_CXX), which was not found");
-  }
   ToolchainOptions to;
   to.target = o.target;
   to.cache_dir = o.cache_dir;
@@ -231,6 +216,13 @@ BuildResult build_standalone(const KernelModule& m, const CrossRunOptions& o) {
   to.compiler = o.compiler;
   to.progress = o.progress;
   to.static_executable = true;
+  if (is_cross_target(o.target)) {
+    const std::string cxx = compiler_for(to);
+    std::string out;
+    if (run_command(shell_quote(cxx) + " --version", out) != 0)
+      fail(ErrorKind::Unsupported, "target " + o.target + " needs the cross compiler '" + cxx +
+                                       "' (Debian/Ubuntu: apt-get install g++-aarch64-linux-gnu; or set NNFUSE_CXX), which was not found");
+  }
   int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<SourceUnit> units = emit_cpp(m, std::max(1, 2 * jobs));
   units.push_back({"driver", emit_cross_driver(m), {"main"}});
@@ -251,28 +243,22 @@ TensorMap run_standalone(const KernelModule& m, const std::string& program, cons
                          const CrossRunOptions& o) {
   const std::string emu = emulator_for(o);
   std::string out;
-  if (!emu.empty() && sh(quote(emu) + " --version", out) != 0)
+  if (!emu.empty() && run_command(shell_quote(emu) + " --version", out) != 0)
     fail(ErrorKind::Unsupported, "running " + o.target + " code on this machine needs the user-mode emulator '" + emu +
                                      "' (Debian/Ubuntu: apt-get install qemu-user), which was not found; set NNFUSE_QEMU to its path");
   fs::path dir = o.workdir.empty() ? fresh_dir() : fs::path(o.workdir);
   fs::create_directories(dir / "out");
   RemoveOnExit cleanup{dir, o.workdir.empty()};
-  std::string cmd = emu.empty() ? quote(program) : quote(emu) + " -L " + quote(o.sysroot) + " " + quote(program);
-  cmd += " --weights " + quote(weights) + " --outputs " + quote((dir / "out").string()) + " --threads " + std::to_string(std::max(1, o.threads));
+  std::string cmd = emu.empty() ? shell_quote(program) : shell_quote(emu) + " -L " + shell_quote(o.sysroot) + " " + shell_quote(program);
+  cmd += " --weights " + shell_quote(weights) + " --outputs " + shell_quote((dir / "out").string()) + " --threads " + std::to_string(std::max(1, o.threads));
   int k = 0;
   for (auto& [name, id] : m.graph_inputs) {
-    auto it = feeds.find(name);
-    if (it == feeds.end()) fail(ErrorKind::Invalid, "missing input '" + name + "'");
-    const KBuffer& b = m.buffers[size_t(id)];
-    const Tensor& t = it->second;
-    if (t.dtype() != b.dtype || t.shape() != b.shape)
-      fail(ErrorKind::Invalid, "input '" + name + "' is " + dtype_name(t.dtype()) + shape_str(t.shape()) + "; the model was compiled for " +
-                                   dtype_name(b.dtype) + shape_str(b.shape));
+    const Tensor& t = checked_feed(m, feeds, name, id);
     fs::path f = dir / ("in" + std::to_string(k++) + ".npy");
     save_npy(t, f.string());
-    cmd += " --input " + quote(name + "=" + f.string());
+    cmd += " --input " + shell_quote(name + "=" + f.string());
   }
-  if (sh(cmd, out) != 0)
+  if (run_command(cmd, out) != 0)
     fail(ErrorKind::Runtime, "the " + o.target + " program failed" + (emu.empty() ? "" : " under " + emu) + ":\n" + out.substr(0, 4000));
   // stdout holds one JSON object (the emulator prints nothing else on success).
   nlohmann::json j;

@@ -27,6 +27,10 @@ struct CrossRunOptions {
   std::function<void(size_t done, size_t total)> progress;
 };
 
+// The feed for graph input `name` (held in buffer `buffer`); throws Invalid when it is missing or
+// its dtype or shape differs from the one the module was compiled for.
+const Tensor& checked_feed(const KernelModule& m, const TensorMap& feeds, const std::string& name, int buffer);
+
 // True when code for `target` cannot run in this process (arm-neon off aarch64).
 bool is_cross_target(const std::string& target);
 

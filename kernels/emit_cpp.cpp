@@ -14,6 +14,18 @@ namespace nnfuse {
 
 std::string stage_symbol(const Stage& s) { return "nf_" + s.name; }
 
+int64_t stage_iparam(const Stage& s, const std::string& key) {
+  auto it = s.iparams.find(key);
+  if (it == s.iparams.end()) fail(ErrorKind::Invalid, "emitter: stage " + s.name + " lacks parameter " + key);
+  return it->second;
+}
+
+std::string emit_prepare_release(const Stage& s, const std::string& type, const std::string& pack_args) {
+  const std::string sym = stage_symbol(s);
+  return "extern \"C\" void* " + sym + "_prepare(void* const* B) {\n  auto* p = new " + type + "();\n  p->pack(" + pack_args +
+         ");\n  return p;\n}\nextern \"C\" void " + sym + "_release(void* p) { delete static_cast<" + type + "*>(p); }\n";
+}
+
 namespace {
 
 std::string flt(double v) {
@@ -204,11 +216,7 @@ struct StageEmitter {
     return pre.str() + body.str();
   }
 
-  int64_t ip(const std::string& k) const {
-    auto it = st.iparams.find(k);
-    if (it == st.iparams.end()) fail(ErrorKind::Invalid, "emitter: stage " + st.name + " lacks parameter " + k);
-    return it->second;
-  }
+  int64_t ip(const std::string& k) const { return stage_iparam(st, k); }
 
   // Conv / pooling in NCHW<BLK>c (kernels/microkernels/conv_nchwc.h). The block must be the
   // compiled vector width: a mismatch (lowered for one target, compiled for another) fails to build.
@@ -225,11 +233,9 @@ struct StageEmitter {
     if (st.anchor_op == "Conv") {
       const int64_t G = ip("G"), K = ip("CO"), Cg = ip("C") / G;
       const std::string packed = "nnfuse::mk::PackedConvNchwc";
-      pre << "extern \"C\" void* " << stage_symbol(st) << "_prepare(void* const* B) {\n"
-          << "  auto* p = new " << packed << "();\n"
-          << "  p->pack(static_cast<const float*>(B[" << st.anchor_inputs[1] << "]), " << K << ", " << Cg << ", " << ip("KH") << ", "
-          << ip("KW") << ", " << blk << ");\n  return p;\n}\n"
-          << "extern \"C\" void " << stage_symbol(st) << "_release(void* p) { delete static_cast<" << packed << "*>(p); }\n";
+      pre << emit_prepare_release(st, packed, "static_cast<const float*>(B[" + std::to_string(st.anchor_inputs[1]) + "]), " +
+                                                  std::to_string(K) + ", " + std::to_string(Cg) + ", " + std::to_string(ip("KH")) + ", " +
+                                                  std::to_string(ip("KW")) + ", " + std::to_string(blk));
       body << "  nnfuse::mk::ConvNchwcArgs a;\n";
       geometry("a");
       body << "  a.K = " << K << "; a.depthwise = " << (G > 1 ? "true" : "false") << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false")
@@ -279,11 +285,9 @@ struct StageEmitter {
       if (st.prepared >= 0) {
         // B is a weight shared by every batch: packed once by the prepare entry point.
         int64_t b_rs = ip("transB") ? 1 : N, b_cs = ip("transB") ? K : 1;
-        pre << "extern \"C\" void* " << stage_symbol(st) << "_prepare(void* const* B) {\n"
-            << "  auto* pb = new nnfuse::mk::PackedB<nf::A>();\n"
-            << "  pb->pack(" << K << ", " << N << ", static_cast<const float*>(B[" << st.anchor_inputs[1] << "]), " << b_rs << ", " << b_cs << ");\n"
-            << "  return pb;\n}\n"
-            << "extern \"C\" void " << stage_symbol(st) << "_release(void* p) { delete static_cast<nnfuse::mk::PackedB<nf::A>*>(p); }\n";
+        pre << emit_prepare_release(st, "nnfuse::mk::PackedB<nf::A>",
+                                    std::to_string(K) + ", " + std::to_string(N) + ", static_cast<const float*>(B[" +
+                                        std::to_string(st.anchor_inputs[1]) + "]), " + std::to_string(b_rs) + ", " + std::to_string(b_cs));
         body << "  const auto& pb = *static_cast<const nnfuse::mk::PackedB<nf::A>*>(B[" << st.prepared << "]);\n";
         if (affine) {
           body << "  g.batch = " << batch << "; g.a_bs = " << as << "; g.c_bs = " << M * N << ";\n";

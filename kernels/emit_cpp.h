@@ -17,6 +17,12 @@ struct SourceUnit {
 };
 
 std::string stage_symbol(const Stage& s);
+// An integer parameter of a stage (Stage::iparams); throws Invalid when the lowering did not set it.
+int64_t stage_iparam(const Stage& s, const std::string& key);
+// The prepare / release entry points of a stage whose weights are packed at load time: prepare
+// allocates a `type` and calls its pack(pack_args) (B, the buffer pointers, in scope); release
+// deletes it.
+std::string emit_prepare_release(const Stage& s, const std::string& type, const std::string& pack_args);
 
 // Emits the generated stages of a module (Fallback stages have no code) into at most `max_units`
 // translation units (stages are spread by estimated compile cost; fewer units when the total cost

@@ -9,11 +9,7 @@ namespace nnfuse {
 
 namespace {
 
-int64_t ip(const Stage& st, const std::string& k) {
-  auto it = st.iparams.find(k);
-  if (it == st.iparams.end()) fail(ErrorKind::Invalid, "emitter: stage " + st.name + " lacks parameter " + k);
-  return it->second;
-}
+int64_t ip(const Stage& st, const std::string& k) { return stage_iparam(st, k); }
 
 // `static_cast<T*>(B[i])`, or nullptr for an absent (-1) buffer.
 std::string ptr(const std::string& type, int b) {
@@ -27,11 +23,8 @@ std::string emit_lstm(const Stage& st) {
   const auto& out = st.vparams.at("outputs");
   std::ostringstream o;
   o << "#include \"microkernels/lstm.h\"\n";
-  o << "extern \"C\" void* " << sym << "_prepare(void* const* B) {\n"
-    << "  auto* w = new " << W << "();\n"
-    << "  w->pack(" << ip(st, "D") << ", " << ip(st, "I") << ", " << ip(st, "H") << ", " << ptr("const float", in.at(1)) << ", "
-    << ptr("const float", in.at(2)) << ");\n  return w;\n}\n";
-  o << "extern \"C\" void " << sym << "_release(void* p) { delete static_cast<" << W << "*>(p); }\n";
+  o << emit_prepare_release(st, W, std::to_string(ip(st, "D")) + ", " + std::to_string(ip(st, "I")) + ", " + std::to_string(ip(st, "H")) + ", " +
+                                    ptr("const float", in.at(1)) + ", " + ptr("const float", in.at(2)));
   o << "extern \"C\" void " << sym << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
   o << "  nnfuse::mk::LstmArgs a;\n";
   o << "  a.S = " << ip(st, "S") << "; a.B = " << ip(st, "B") << "; a.I = " << ip(st, "I") << "; a.H = " << ip(st, "H") << ";\n";

@@ -44,33 +44,6 @@ void write_file_atomic(const fs::path& p, const std::string& data) {
   fs::rename(tmp, p);
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string r = "'";
-  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return r + "'";
-}
-
-// Runs a command; returns its exit status and combined output.
-int run_command(const std::string& cmd, std::string& output) {
-  output.clear();
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
-  int st = ::pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-std::string compiler_for(const ToolchainOptions& o) {
-  if (!o.compiler.empty()) return o.compiler;
-  if (const char* e = std::getenv("NNFUSE_CXX")) return e;
-#if !defined(__aarch64__)
-  if (o.target == "arm-neon") return "aarch64-linux-gnu-g++";
-#endif
-  return "g++";
-}
-
 std::string compiler_version(const std::string& cxx) {
   static std::mutex mu;
   static std::map<std::string, std::string> cache;
@@ -213,6 +186,32 @@ std::string file_checksum(const std::string& path) {
   return std::to_string(d.size()) + ":" + content_hash(d);
 }
 
+std::string shell_quote(const std::string& s) {
+  std::string r = "'";
+  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return r + "'";
+}
+
+int run_command(const std::string& cmd, std::string& output) {
+  output.clear();
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
+  int st = ::pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+std::string compiler_for(const ToolchainOptions& o) {
+  if (!o.compiler.empty()) return o.compiler;
+  if (const char* e = std::getenv("NNFUSE_CXX"); e && *e) return e;
+#if !defined(__aarch64__)
+  if (o.target == "arm-neon") return "aarch64-linux-gnu-g++";
+#endif
+  return "g++";
+}
+
 std::vector<std::string> target_flags(const std::string& target) {
   std::string t = target;
   if (t == "host") {
@@ -245,10 +244,11 @@ BuildResult build_shared_object(const std::vector<SourceUnit>& units, const Tool
   const std::string inc = kernel_include_dir();
   std::vector<std::string> flags = {"-O3", "-std=c++20", "-fPIC", "-fno-math-errno", "-DNDEBUG"};
   for (auto& f : target_flags(o.target)) flags.push_back(f);
-  fs::path cache_root = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
-  if (cxx.find("aarch64-linux-gnu") != std::string::npos) {
+  const fs::path dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  const bool cross = cxx.find("aarch64-linux-gnu") != std::string::npos;
+  if (cross) {
     // A cross compiler does not search the host's /usr/include: expose xsimd's headers only.
-    fs::path shim = cache_root / "cross-include";
+    fs::path shim = dir / "cross-include";
     std::error_code sec;
     fs::create_directories(shim, sec);
     if (!fs::exists(shim / "xsimd")) fs::create_directory_symlink("/usr/include/xsimd", shim / "xsimd", sec);
@@ -261,7 +261,6 @@ BuildResult build_shared_object(const std::vector<SourceUnit>& units, const Tool
   if (o.static_executable) key += "static executable\n";
   for (auto& u : units) key += u.name + "\n" + u.code + "\n";
   r.hash = content_hash(key);
-  fs::path dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir)) fail(ErrorKind::Io, "kernel cache directory '" + dir.string() + "' cannot be created");
@@ -285,7 +284,6 @@ BuildResult build_shared_object(const std::vector<SourceUnit>& units, const Tool
   fs::create_directories(work, ec);
   // Cross builds (arm-neon) are rare and their flags name a per-cache include shim, which would
   // key one ~90 MB PCH per cache directory: they compile without one.
-  const bool cross = cxx.find("aarch64-linux-gnu") != std::string::npos;
   if (cross) r.pch = "off (cross compiler)";
   const std::string pch = cross ? std::string() : precompiled_header_dir(cxx, flags, inc, headers_hash, r.pch);
   std::vector<std::string> objs(units.size()), errors(units.size());

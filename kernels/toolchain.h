@@ -33,6 +33,14 @@ std::string kernel_include_dir();
 // A 64-bit FNV-1a hash, hex.
 std::string content_hash(const std::string& data);
 std::string file_checksum(const std::string& path);
+// The C++ compiler a build uses: ToolchainOptions::compiler, else $NNFUSE_CXX, else g++
+// (aarch64-linux-gnu-g++ for arm-neon off Arm).
+std::string compiler_for(const ToolchainOptions& o);
+// Runs a shell command; returns its exit status (-1 when it did not exit normally) and its
+// combined stdout and stderr in `output`.
+int run_command(const std::string& cmd, std::string& output);
+// `s` single-quoted for the shell.
+std::string shell_quote(const std::string& s);
 
 struct BuildResult {
   std::string so_path;

@@ -41,6 +41,16 @@ std::string PassArgs::str() const {
   return r;
 }
 
+std::vector<std::string> split_arg_list(const std::string& value) {
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    size_t comma = value.find(',', start);
+    items.push_back(value.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
 // ---------------------------------------------------------------- registry
 namespace {
 class LambdaPass : public Pass {
@@ -168,13 +178,8 @@ PassArgs unite_step_args(const PassArgs& a, const PassArgs& b) {
     } else if (key == "only") {
       std::vector<std::string> names;
       for (const std::string* list : {&value, &it->second})
-        for (size_t start = 0;;) {
-          size_t comma = list->find(',', start);
-          std::string name = list->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-          if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-          if (comma == std::string::npos) break;
-          start = comma + 1;
-        }
+        for (std::string& name : split_arg_list(*list))
+          if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
       std::string joined;
       for (auto& n : names) joined += (joined.empty() ? "" : ",") + n;
       out.values[key] = joined;

@@ -31,6 +31,9 @@ struct PassArgs {
   std::string str() const;  // "k=v k2=v2"
 };
 
+// The items of a comma-separated argument value (`only=a,b` -> {"a", "b"}; empty items kept).
+std::vector<std::string> split_arg_list(const std::string& value);
+
 // State shared by the passes of one optimisation run.
 struct PassContext {
   Model* model = nullptr;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <random>
 #include <set>
 
@@ -20,7 +19,8 @@ bool cost_less(double a, double b) { return a < b - 1e-9 * std::max(std::abs(a),
 // standard libraries; the search must be the same sequence for a seed everywhere).
 size_t pick(std::mt19937_64& rng, size_t n) { return n <= 1 ? 0 : size_t(rng() % n); }
 
-void shuffle(std::vector<std::string>& v, std::mt19937_64& rng) {
+template <class T>
+void shuffle(std::vector<T>& v, std::mt19937_64& rng) {
   for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[pick(rng, i)]);
 }
 
@@ -50,12 +50,13 @@ SearchResult search_pipeline(const PipelineEvaluator& eval, const SearchOptions&
 
   SearchResult res;
   std::mt19937_64 rng(opt.seed);
-  std::map<std::string, int> seen;  // pass list -> trial index (a repeated candidate costs no trial)
+  std::set<std::string> seen;  // pass lists tried (a repeated candidate costs no trial)
 
   // Evaluates a candidate unless tried already; returns false when the budget is spent.
   auto attempt = [&](const std::vector<std::string>& passes, const std::string& phase) -> bool {
     if (int(res.trials.size()) >= opt.budget) return false;
-    if (seen.count(key_of(passes))) return true;
+    const std::string key = key_of(passes);
+    if (seen.count(key)) return true;
     Trial t;
     t.index = int(res.trials.size());
     t.phase = phase;
@@ -67,7 +68,7 @@ SearchResult search_pipeline(const PipelineEvaluator& eval, const SearchOptions&
       t.result.error = e.what();
     }
     if (!t.result.ok && t.result.error.empty()) t.result.error = "failed";
-    seen[key_of(passes)] = t.index;
+    seen.insert(key);
     if (res.best < 0 ? t.result.ok : trial_better(t, res.trials[size_t(res.best)], opt.time_tiebreak)) {
       t.improved = true;
       res.best = t.index;
@@ -120,7 +121,7 @@ SearchResult search_pipeline(const PipelineEvaluator& eval, const SearchOptions&
     // Seeded order, but drops first: removing passes is the move that saves optimizer time.
     std::vector<size_t> idx(n.size());
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    for (size_t i = idx.size(); i > 1; --i) std::swap(idx[i - 1], idx[pick(rng, i)]);
+    shuffle(idx, rng);
     std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return (n[a].first == "drop") > (n[b].first == "drop"); });
     std::vector<std::pair<std::string, std::vector<std::string>>> out;
     for (size_t i : idx) out.push_back(n[i]);

@@ -134,21 +134,6 @@ RuleSet all_shipped_rules() {
   return all;
 }
 
-namespace {
-
-std::vector<std::string> split_names(const std::string& list) {
-  std::vector<std::string> names;
-  size_t start = 0;
-  for (;;) {
-    size_t comma = list.find(',', start);
-    names.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return names;
-    start = comma + 1;
-  }
-}
-
-}  // namespace
-
 std::optional<std::set<std::string>> selected_rule_names(const std::vector<std::string>& names, const PassArgs& args,
                                                         const std::string& pass_name) {
   auto bad = [&](const std::string& msg) { fail(ErrorKind::Invalid, "pass '" + pass_name + "': " + msg); };
@@ -159,7 +144,7 @@ std::optional<std::set<std::string>> selected_rule_names(const std::vector<std::
   if (!only && !skip) return std::nullopt;
   const std::string key = only ? "only" : "skip";
   std::set<std::string> named;
-  for (const std::string& name : split_names(args.get(key))) {
+  for (const std::string& name : split_arg_list(args.get(key))) {
     if (name.empty()) bad(key + "=" + args.get(key) + ": empty rule name");
     if (std::find(names.begin(), names.end(), name) == names.end()) {
       std::string all;

@@ -132,10 +132,7 @@ int run_run(const ParsedArgs& args) {
   const int64_t runs = args.get_int("--runs", 1, 1, 1000000);
   const int64_t threads = args.get_int("--threads", target == "reference" && artifact.empty() ? 1 : 0, 0, 4096);
   const int64_t seed = args.get_int("--seed", 0, 0, std::numeric_limits<int64_t>::max());
-  if (!artifact.empty()) {
-    pipeline = "none";
-    if (!args.has("--target")) target = "host";
-  }
+  if (!artifact.empty()) pipeline = "none";
 
   Model m = artifact.empty() ? load_model_file(path, shape_bindings(args))
                              : load_model_file((std::filesystem::path(artifact) / "model.onnx").string(), shape_bindings(args));

@@ -25,11 +25,6 @@ namespace {
 
 const char* kMainUsage = "usage: nnfuse [--version] [--help] COMMAND [ARGS...]";
 
-// Commands of the design (docs: ARCHITECTURE.md) that later issues add. Named here so that asking
-// for one says it is not available yet rather than "unknown"; each leaves this list when its
-// cmd_*.cpp lands. Not listed in --help.
-const std::vector<std::string> kPlannedCommands = {};
-
 std::string group_of(const std::string& name) {
   auto sp = name.find(' ');
   return sp == std::string::npos ? "" : name.substr(0, sp);
@@ -97,8 +92,6 @@ int dispatch(const std::vector<std::string>& argv) {
     if (c.spec.name == name) cmd = &c;
   if (!cmd) {
     if (groups.count(first)) throw UsageError("unknown subcommand '" + argv[1] + "' for 'nnfuse " + first + "'", group_usage(first));
-    for (auto& p : kPlannedCommands)
-      if (p == first) throw UsageError("'nnfuse " + first + "' is not available yet in this version", kMainUsage);
     if (first.size() > 1 && first[0] == '-') throw UsageError("unknown option '" + first + "'", kMainUsage);
     std::string known;
     for (auto& c : all_commands())

@@ -25,32 +25,16 @@ using namespace nnfuse::api;
 
 namespace {
 
-const char* exception_class(ErrorKind k) {
-  switch (k) {
-    case ErrorKind::Parse: return "ParseError";
-    case ErrorKind::Model: return "ModelError";
-    case ErrorKind::Unsupported: return "UnsupportedError";
-    case ErrorKind::Shape: return "ShapeError";
-    case ErrorKind::Invalid: return "InvalidArgument";
-    case ErrorKind::Runtime: return "NnfuseRuntimeError";
-    case ErrorKind::Io: return "IoError";
-  }
-  return "Error";
-}
-
-// Raises the package's exception for an Error (the translator runs with the GIL held).
+// Raises the package's exception for an Error (the translator runs with the GIL held): the class
+// whose `kind` is the error's (nnfuse._errors._BY_KIND), with the place at fault as attributes.
 void raise_error(const Error& e) {
-  py::module_ errors = py::module_::import("nnfuse._errors");
-  py::object cls = errors.attr(exception_class(e.kind()));
-  py::object exc = cls(std::string(e.what()));
-  exc.attr("kind") = error_kind_name(e.kind());
-  exc.attr("detail") = e.detail();
-  exc.attr("file") = e.file().empty() ? py::object(py::none()) : py::object(py::str(e.file()));
-  exc.attr("line") = e.line() ? py::object(py::int_(e.line())) : py::object(py::none());
-  exc.attr("col") = e.col() ? py::object(py::int_(e.col())) : py::object(py::none());
-  exc.attr("node") = e.node().empty() ? py::object(py::none()) : py::object(py::str(e.node()));
-  exc.attr("op") = e.op().empty() ? py::object(py::none()) : py::object(py::str(e.op()));
-  exc.attr("opset") = e.opset() ? py::object(py::int_(e.opset())) : py::object(py::none());
+  auto str_or_none = [](const std::string& s) { return s.empty() ? py::object(py::none()) : py::object(py::str(s)); };
+  auto int_or_none = [](int v) { return v ? py::object(py::int_(v)) : py::object(py::none()); };
+  py::object cls = py::module_::import("nnfuse._errors").attr("_BY_KIND")[py::str(error_kind_name(e.kind()))];
+  py::object exc = cls(std::string(e.what()), py::arg("detail") = e.detail(), py::arg("file") = str_or_none(e.file()),
+                       py::arg("line") = int_or_none(e.line()), py::arg("col") = int_or_none(e.col()),
+                       py::arg("node") = str_or_none(e.node()), py::arg("op") = str_or_none(e.op()),
+                       py::arg("opset") = int_or_none(e.opset()));
   PyErr_SetObject(cls.ptr(), exc.ptr());
 }
 

@@ -73,3 +73,8 @@ class NnfuseRuntimeError(Error, RuntimeError):
 class IoError(Error, OSError):
     """A file cannot be read or written."""
     kind = "io"
+
+
+# The class raised for each kind (nnfuse._core picks it by the C++ error's kind name).
+_BY_KIND = {cls.kind: cls for cls in (ParseError, ModelError, UnsupportedError, ShapeError, InvalidArgument,
+                                      NnfuseRuntimeError, IoError)}

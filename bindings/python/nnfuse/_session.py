@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -37,7 +36,6 @@ class InferenceSession:
                  providers: Optional[Sequence[Any]] = None, provider_options: Optional[Sequence[Any]] = None, *,
                  target: str = "host", pipeline: str = "auto", rules: Sequence[PathLike] = (),
                  shapes: Optional[Mapping[str, Sequence[int]]] = None, profile: bool = True, **kwargs: Any):
-        self._model_path = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else None
         self.graph: Graph = load(path_or_bytes, shapes=shapes)
         self.optimize_report: Dict[str, Any] = {}
         if pipeline != "none":

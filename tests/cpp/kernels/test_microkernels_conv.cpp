@@ -5,9 +5,6 @@
 #include "test_microkernels_util.h"
 
 using namespace mktest;
-namespace mk = nnfuse::mk;
-using nnfuse::GraphBuilder;
-namespace A = nnfuse::A;
 
 namespace {
 

@@ -6,21 +6,6 @@
 #include "test_microkernels_util.h"
 
 using namespace mktest;
-namespace mk = nnfuse::mk;
-
-namespace {
-
-// Runs the kernel serially and with two threads, checks both agree bitwise, returns the result.
-template <class Run>
-std::vector<float> run_serial_and_parallel(size_t n, Run&& run) {
-  std::vector<float> serial(n, -7.f), parallel(n, -9.f);
-  run(serial.data(), mk::SerialFor{});
-  run(parallel.data(), TwoThreadFor{});
-  require_identical(serial, parallel);
-  return serial;
-}
-
-}  // namespace
 
 TEST_CASE("gemm matches MatMul over odd sizes, transposes, epilogue and threads", "[microkernels][gemm]") {
   const std::vector<int64_t> mn_sizes{1, 7, 17, 129};

@@ -8,9 +8,6 @@
 #include "kernels/microkernels/nms.h"
 
 using namespace mktest;
-namespace mk = nnfuse::mk;
-using nnfuse::GraphBuilder;
-namespace A = nnfuse::A;
 
 namespace {
 

@@ -3,21 +3,8 @@
 #include "test_microkernels_util.h"
 
 using namespace mktest;
-namespace mk = nnfuse::mk;
-using nnfuse::GraphBuilder;
-namespace A = nnfuse::A;
 
 namespace {
-
-// Runs serially and with two threads; requires bitwise-identical results; returns the serial one.
-template <class Run>
-std::vector<float> both(size_t n, Run&& run) {
-  std::vector<float> s(n, -7.f), p(n, -9.f);
-  run(s.data(), mk::SerialFor{});
-  run(p.data(), TwoThreadFor{});
-  require_identical(s, p);
-  return s;
-}
 
 struct PoolCase {
   int64_t N, C, H, W, KH, KW, sh, sw, pt, pl, pb, pr, dh, dw;
@@ -53,7 +40,7 @@ void check_pool(const PoolCase& c, uint64_t seed, bool with_ep, bool with_pro) {
   a.dil_h = is_max ? c.dh : 1, a.dil_w = is_max ? c.dw : 1, a.count_include_pad = c.include_pad;
   a.set_contiguous();
   a.x = X.data<float>();
-  auto got = both(size_t(want.numel()), [&](float* y, auto par) {
+  auto got = run_serial_and_parallel(size_t(want.numel()), [&](float* y, auto par) {
     a.y = y;
     if (with_ep && with_pro)
       mk::pool2d<Arch, Kind>(a, RowBiasRelu{bias.data<float>(), c.C}, par, ReluPrologue{});
@@ -97,7 +84,7 @@ TEST_CASE("global_pool2d matches GlobalAveragePool/GlobalMaxPool", "[microkernel
       Tensor want = reference({{"x", X}}, [&](GraphBuilder& gb, auto& in) {
         return gb.op(is_max ? "GlobalMaxPool" : "GlobalAveragePool", {in[0]});
       });
-      auto got = both(size_t(N * C), [&](float* y, auto par) {
+      auto got = run_serial_and_parallel(size_t(N * C), [&](float* y, auto par) {
         if (is_max)
           mk::global_pool2d<Arch, mk::PoolKind::Max>(N * C, H * W, X.data<float>(), H * W, y, mk::IdentityEpilogue{}, par);
         else
@@ -124,7 +111,7 @@ void check_reduce(const char* op, const Shape& shape, int64_t axis, uint64_t see
   auto a = mk::ReduceArgs::contiguous(outer, shape[size_t(axis)], inner, X.data<float>(), nullptr);
   // Epilogue: y * 2 + 1, checked against the oracle afterwards.
   auto ep = [](auto v, int64_t, int64_t) { return v * 2.f + 1.f; };
-  auto got = both(size_t(outer * inner), [&](float* y, auto par) {
+  auto got = run_serial_and_parallel(size_t(outer * inner), [&](float* y, auto par) {
     a.y = y;
     if (with_pro)
       mk::reduce<Arch, K>(a, ep, par, ReluPrologue{});
@@ -176,7 +163,7 @@ TEST_CASE("softmax and log-softmax over the last axis match Softmax/LogSoftmax",
           std::string x = pro ? gb.op("Relu", {in[0]}) : in[0];
           return gb.op(log ? "LogSoftmax" : "Softmax", {x}, GraphBuilder::attrs({{"axis", A::i(-1)}}));
         });
-        auto got = both(size_t(rows * len), [&](float* y, auto par) {
+        auto got = run_serial_and_parallel(size_t(rows * len), [&](float* y, auto par) {
           auto id = mk::IdentityEpilogue{};
           if (log && pro) mk::softmax<Arch, true>(rows, len, X.data<float>(), len, y, len, id, par, ReluPrologue{});
           else if (log) mk::softmax<Arch, true>(rows, len, X.data<float>(), len, y, len, id, par);
@@ -219,7 +206,7 @@ TEST_CASE("layernorm over the last axis matches LayerNormalization (with a resid
           return v + V::load_unaligned(res + r * len + c);
       };
       auto ep = [](auto v, int64_t, int64_t) { return relu(v); };
-      auto got = both(size_t(rows * len), [&](float* y, auto par) {
+      auto got = run_serial_and_parallel(size_t(rows * len), [&](float* y, auto par) {
         if (pro)
           mk::layernorm<Arch>(rows, len, X.data<float>(), len, gamma.data<float>(), beta.data<float>(), 1e-5f, y, len, ep,
                               par, add_res);

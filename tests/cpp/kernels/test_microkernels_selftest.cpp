@@ -94,30 +94,40 @@ void gemm_cases(Checker& ck) {
         }
 }
 
+// relu(conv(x, w) + bias) in double: NCHW, `g` groups, stride s, padding p on every side,
+// dilation d.
+inline std::vector<double> naive_conv_bias_relu(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& bias,
+                                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t KH, int64_t KW,
+                                                int64_t s, int64_t p, int64_t d, int64_t g) {
+  const int64_t OH = (H + 2 * p - (KH - 1) * d - 1) / s + 1, OW = (W + 2 * p - (KW - 1) * d - 1) / s + 1;
+  const int64_t Cg = C / g, Kg = K / g;
+  std::vector<double> want(size_t(N * K * OH * OW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double acc = 0;
+          for (int64_t ci = 0; ci < Cg; ++ci)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                int64_t ih = oh * s - p + kh * d, iw = ow * s - p + kw * d;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                acc += double(x[size_t(((n * C + (k / Kg) * Cg + ci) * H + ih) * W + iw)]) * w[size_t(((k * Cg + ci) * KH + kh) * KW + kw)];
+              }
+          want[size_t(((n * K + k) * OH + oh) * OW + ow)] = std::max(acc + bias[size_t(k)], 0.0);
+        }
+  return want;
+}
+
 template <class Arch>
 void conv_cases(Checker& ck) {
   struct C { int64_t N, C, H, W, K, KH, KW, s, p, d, g; };
   for (C c : {C{1, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1}, C{2, 4, 11, 10, 6, 3, 3, 2, 1, 1, 2}, C{1, 8, 9, 9, 8, 3, 3, 1, 1, 1, 8},
               C{1, 6, 13, 12, 12, 5, 5, 2, 2, 2, 6}, C{1, 16, 5, 7, 33, 1, 1, 1, 0, 1, 1}, C{1, 3, 20, 17, 7, 7, 7, 2, 3, 1, 1}}) {
     const int64_t OH = (c.H + 2 * c.p - (c.KH - 1) * c.d - 1) / c.s + 1, OW = (c.W + 2 * c.p - (c.KW - 1) * c.d - 1) / c.s + 1;
-    const int64_t Cg = c.C / c.g, Kg = c.K / c.g;
+    const int64_t Cg = c.C / c.g;
     auto x = rnd(size_t(c.N * c.C * c.H * c.W), 11), w = rnd(size_t(c.K * Cg * c.KH * c.KW), 12), bias = rnd(size_t(c.K), 13);
-    std::vector<double> want(size_t(c.N * c.K * OH * OW));
-    for (int64_t n = 0; n < c.N; ++n)
-      for (int64_t k = 0; k < c.K; ++k)
-        for (int64_t oh = 0; oh < OH; ++oh)
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            double s = 0;
-            for (int64_t ci = 0; ci < Cg; ++ci)
-              for (int64_t kh = 0; kh < c.KH; ++kh)
-                for (int64_t kw = 0; kw < c.KW; ++kw) {
-                  int64_t ih = oh * c.s - c.p + kh * c.d, iw = ow * c.s - c.p + kw * c.d;
-                  if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
-                  s += double(x[size_t(((n * c.C + (k / Kg) * Cg + ci) * c.H + ih) * c.W + iw)]) *
-                       w[size_t(((k * Cg + ci) * c.KH + kh) * c.KW + kw)];
-                }
-            want[size_t(((n * c.K + k) * OH + oh) * OW + ow)] = std::max(s + bias[size_t(k)], 0.0);
-          }
+    const std::vector<double> want = naive_conv_bias_relu(x, w, bias, c.N, c.C, c.H, c.W, c.K, c.KH, c.KW, c.s, c.p, c.d, c.g);
     mk::Conv2dArgs a;
     a.N = c.N, a.C = c.C, a.H = c.H, a.W = c.W, a.K = c.K, a.OH = OH, a.OW = OW, a.KH = c.KH, a.KW = c.KW;
     a.stride_h = a.stride_w = c.s, a.pad_top = a.pad_left = c.p, a.dil_h = a.dil_w = c.d, a.group = c.g;
@@ -272,21 +282,8 @@ void nchwc_cases(Checker& ck) {
     const int64_t OH = (c.H + 2 * c.p - (c.KH - 1) * c.d - 1) / c.s + 1, OW = (c.W + 2 * c.p - (c.KW - 1) * c.d - 1) / c.s + 1;
     const int64_t Cg = c.dw ? 1 : c.C, Kb = mk::nchwc_blocks(c.K, L);
     auto x = rnd(size_t(c.N * c.C * c.H * c.W), 31), w = rnd(size_t(c.K * Cg * c.KH * c.KW), 32), bias = rnd(size_t(c.K), 33);
-    std::vector<double> want(size_t(c.N * c.K * OH * OW));
-    for (int64_t n = 0; n < c.N; ++n)
-      for (int64_t k = 0; k < c.K; ++k)
-        for (int64_t oh = 0; oh < OH; ++oh)
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            double s = 0;
-            for (int64_t ci = 0; ci < Cg; ++ci)
-              for (int64_t kh = 0; kh < c.KH; ++kh)
-                for (int64_t kw = 0; kw < c.KW; ++kw) {
-                  int64_t ih = oh * c.s - c.p + kh * c.d, iw = ow * c.s - c.p + kw * c.d;
-                  if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
-                  s += double(x[size_t(((n * c.C + (c.dw ? k : ci)) * c.H + ih) * c.W + iw)]) * w[size_t(((k * Cg + ci) * c.KH + kh) * c.KW + kw)];
-                }
-            want[size_t(((n * c.K + k) * OH + oh) * OW + ow)] = std::max(s + bias[size_t(k)], 0.0);
-          }
+    // Depthwise: one group per channel (K == C).
+    const std::vector<double> want = naive_conv_bias_relu(x, w, bias, c.N, c.C, c.H, c.W, c.K, c.KH, c.KW, c.s, c.p, c.d, c.dw ? c.C : 1);
     auto xb = c.xblk ? to_blocked(x, c.N, c.C, c.H * c.W, L) : x;
     mk::PackedConvNchwc pw;
     pw.pack(w.data(), c.K, Cg, c.KH, c.KW, L);

@@ -14,6 +14,9 @@
 
 namespace mktest {
 
+namespace mk = nnfuse::mk;
+namespace A = nnfuse::A;
+using nnfuse::GraphBuilder;
 using nnfuse::DType;
 using nnfuse::Shape;
 using nnfuse::Tensor;
@@ -85,6 +88,16 @@ inline void require_identical(const std::vector<float>& a, const std::vector<flo
     INFO("element " << i);
     REQUIRE(std::memcmp(&a[i], &b[i], sizeof(float)) == 0);
   }
+}
+
+// Runs the kernel serially and with two threads, checks both agree bitwise, returns the result.
+template <class Run>
+std::vector<float> run_serial_and_parallel(size_t n, Run&& run) {
+  std::vector<float> serial(n, -7.f), parallel(n, -9.f);
+  run(serial.data(), mk::SerialFor{});
+  run(parallel.data(), TwoThreadFor{});
+  require_identical(serial, parallel);
+  return serial;
 }
 
 // CPU time of the calling thread: timings stay meaningful on a loaded, shared machine (wall
