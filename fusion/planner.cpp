@@ -44,6 +44,7 @@ class Planner {
     auto t0 = std::chrono::steady_clock::now();
     FusionPlan plan;
     plan.target = t_.name;
+    // Body reads count: a node whose If/Loop/Scan body reads a value comes after its producer.
     std::vector<NodeId> topo = g_.topo_order();
     NodeId max_id = 0;
     for (NodeId id : topo) max_id = std::max(max_id, id);
@@ -135,7 +136,7 @@ class Planner {
   std::vector<int> vertex_succs(int v) const {
     std::vector<int> r;
     for (NodeId m : vs_[size_t(v)].members)
-      for (NodeId s : g_.successors(m)) {
+      for (NodeId s : g_.successors(m)) {  // body reads included: they constrain merges too
         int w = vertex_of_[s];
         if (w >= 0 && w != v) r.push_back(w);
       }

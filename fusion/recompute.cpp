@@ -10,6 +10,7 @@
 #include "fusion/cost_model.h"
 #include "fusion/fusion_table.h"
 #include "graph/op_registry.h"
+#include "rewrite/passes_util.h"
 
 namespace nnfuse {
 
@@ -28,8 +29,12 @@ class Recomputer {
 
   void run() {
     blocks_of_.assign(pos_.size(), {});
+    mtype_.assign(pos_.size(), MappingType::OneToOne);
     for (size_t b = 0; b < plan_.blocks.size(); ++b)
-      for (NodeId m : plan_.blocks[b].members) blocks_of_[size_t(m)].push_back(int(b));
+      for (NodeId m : plan_.blocks[b].members) {
+        blocks_of_[size_t(m)].push_back(int(b));
+        mtype_[size_t(m)] = node_mapping_type(g_, m);
+      }
     dead_.assign(plan_.blocks.size(), false);
     // In plan order: a block that received a copy is examined later with the copy included, so
     // its own cost check covers what it would duplicate further.
@@ -50,7 +55,9 @@ class Recomputer {
   const std::vector<int>& pos_;
   int max_inputs_, max_members_;
   std::vector<std::vector<int>> blocks_of_;  // node id -> blocks holding it
+  std::vector<MappingType> mtype_;           // node id -> mapping type (every block member)
   std::vector<bool> dead_;
+  const std::set<std::string> body_read_ = passes::names_read_by_subgraphs(g_);  // values If/Loop/Scan bodies read
 
   struct Edge {
     NodeId producer;  // chain member
@@ -62,7 +69,7 @@ class Recomputer {
     return std::find(v.begin(), v.end(), b) != v.end();
   }
 
-  MappingType mtype(NodeId id) const { return node_mapping_type(g_, id); }
+  MappingType mtype(NodeId id) const { return mtype_[size_t(id)]; }
 
   // Whether generated float32 kernels can compute the chain: every value it reads or makes is
   // float32 or a constant (folded at lowering), except integer/bool values that reach only Casts
@@ -258,6 +265,8 @@ class Recomputer {
       for (auto& o : g_.node(m).outputs) {
         if (o.empty()) continue;
         if (g_.is_output(o)) return;  // written out anyway: a copy would only add work
+        // An If/Loop/Scan body reads it by name, not as a node input: its block must write it.
+        if (body_read_.count(o)) return;
         for (auto& u : g_.consumers(o)) {
           if (inside.count(u.node)) continue;
           for (int b : blocks_of_[size_t(u.node)])

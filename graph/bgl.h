@@ -2,7 +2,10 @@
 // The Boost.Graph storage behind nnfuse::Graph, for algorithms written against BGL.
 // Include only where BGL is needed: it is kept out of graph.h to keep compile times down.
 #include <boost/graph/adjacency_list.hpp>
+#include <mutex>
+#include <set>
 #include <unordered_map>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -18,6 +21,17 @@ using BGraph = boost::adjacency_list<boost::listS, boost::listS, boost::bidirect
 using Vertex = boost::graph_traits<BGraph>::vertex_descriptor;
 using Edge = boost::graph_traits<BGraph>::edge_descriptor;
 
+// Edges the BGL graph does not hold: node N's If/Loop/Scan body (or a body nested in it) reads a
+// value of this graph by name, so the value's producer must run first. Built on demand by
+// graph.cpp and kept until this graph or one of those bodies is edited (`stamp`).
+struct BodyReadEdges {
+  std::vector<uint64_t> stamp;  // revisions of this graph and its bodies, depth first
+  std::unordered_map<NodeId, std::vector<NodeId>> readers;    // producer -> reading nodes (sorted, distinct)
+  std::unordered_map<NodeId, std::vector<NodeId>> producers;  // reading node -> producers (sorted, distinct)
+};
+
+uint64_t next_graph_revision();  // process-wide and increasing: two edits never share one
+
 struct GraphImpl {
   BGraph g;
   std::unordered_map<NodeId, Vertex> vertex_of;
@@ -29,8 +43,17 @@ struct GraphImpl {
   std::map<std::string, Tensor> initializers;  // Tensor copies share their buffer
   NodeId next_id = 0;
   uint64_t name_counter = 0;
+  // Changes on every edit that can change who produces a value or what a body of this graph reads
+  // from outside it; nothing is cached against it but BodyReadEdges.
+  uint64_t revision = next_graph_revision();
+  // Nodes that hold (or, after attrs(id), may hold) subgraph attributes. Empty for almost every
+  // graph: then there are no body-read edges and the queries pay nothing for them.
+  std::set<NodeId> body_holders;
+  mutable std::mutex body_reads_mutex;
+  mutable BodyReadEdges body_reads;
 
   Vertex vertex(NodeId id) const;
+  void touch() { revision = next_graph_revision(); }
 };
 
 }  // namespace nnfuse

@@ -1,6 +1,7 @@
 #include "graph/graph.h"
 
 #include <algorithm>
+#include <atomic>
 #include <queue>
 #include <unordered_set>
 
@@ -45,6 +46,80 @@ int Node::num_present_inputs() const {
 }
 
 // ---------------------------------------------------------------- Graph
+uint64_t next_graph_revision() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+namespace {
+// The If/Loop/Scan bodies a node holds in its graph attributes.
+std::vector<const Graph*> bodies_of(const Node& n) {
+  std::vector<const Graph*> bodies;
+  for (auto& [name, a] : n.attrs.all()) {
+    if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g.get());
+    if (a.kind == Attribute::Kind::Graphs)
+      for (auto& b : a.graphs)
+        if (b) bodies.push_back(b.get());
+  }
+  return bodies;
+}
+
+bool holds_bodies(const Node& n) {
+  for (auto& [name, a] : n.attrs.all())
+    if (a.kind == Attribute::Kind::Graph || a.kind == Attribute::Kind::Graphs) return true;
+  return false;
+}
+
+// The revisions of `g` and of every body nested in it: equal stamps, same body reads (revisions
+// are never reused, so a body replaced by another one changes the stamp too).
+void stamp_of(const Graph& g, std::vector<uint64_t>& out) {
+  const GraphImpl& I = g.impl();
+  out.push_back(I.revision);
+  for (NodeId id : I.body_holders) {
+    auto it = I.vertex_of.find(id);
+    if (it == I.vertex_of.end()) continue;
+    for (const Graph* b : bodies_of(I.g[it->second])) stamp_of(*b, out);
+  }
+}
+
+// The body-read edges of `g`, or null when no node of it holds a body (the common case, one test).
+// The result stays valid until the graph is edited.
+const BodyReadEdges* body_read_edges(const Graph& g) {
+  const GraphImpl& I = g.impl();
+  if (I.body_holders.empty()) return nullptr;
+  std::vector<uint64_t> stamp;
+  stamp_of(g, stamp);
+  std::lock_guard<std::mutex> lock(I.body_reads_mutex);
+  BodyReadEdges& e = I.body_reads;
+  if (e.stamp == stamp) return &e;
+  e.readers.clear();
+  e.producers.clear();
+  for (NodeId id : I.body_holders) {
+    auto vx = I.vertex_of.find(id);
+    if (vx == I.vertex_of.end()) continue;
+    std::set<NodeId> from;
+    for (const Graph* b : bodies_of(I.g[vx->second]))
+      for (auto& ref : b->outer_references()) {  // nested bodies' reads included
+        auto it = I.values.find(ref);
+        if (it != I.values.end() && it->second.producer != kNoNode) from.insert(it->second.producer);
+      }
+    if (from.empty()) continue;
+    for (NodeId p : from) e.readers[p].push_back(id);  // ids ascending: each list stays sorted
+    e.producers[id].assign(from.begin(), from.end());
+  }
+  e.stamp = std::move(stamp);
+  return &e;
+}
+
+const std::vector<NodeId>& edges_at(const BodyReadEdges* e, bool readers, NodeId id) {
+  static const std::vector<NodeId> none;
+  if (!e) return none;
+  auto& m = readers ? e->readers : e->producers;
+  auto it = m.find(id);
+  return it == m.end() ? none : it->second;
+}
+}  // namespace
+
 Vertex GraphImpl::vertex(NodeId id) const {
   auto it = vertex_of.find(id);
   if (it == vertex_of.end()) fail(ErrorKind::Invalid, "no node with id " + std::to_string(id));
@@ -90,6 +165,7 @@ Graph& Graph::operator=(const Graph& o) {
         n.attrs.set(k, c);
       }
     }
+    if (holds_bodies(n)) fresh->body_holders.insert(id);
     fresh->vertex_of[id] = boost::add_vertex(n, fresh->g);
   }
   fresh->nodes_by_name = s.nodes_by_name;
@@ -152,6 +228,7 @@ void Graph::add_input(const std::string& n, TensorType t) {
   declare_value(n, std::move(t));
   if (impl_->values[n].producer != kNoNode) fail(ErrorKind::Model, "graph input '" + n + "' is also produced by a node");
   impl_->inputs.push_back(n);
+  impl_->touch();
 }
 
 void Graph::add_output(const std::string& n) {
@@ -167,6 +244,7 @@ void Graph::set_outputs(std::vector<std::string> names) {
 void Graph::remove_input(const std::string& n) {
   auto& v = impl_->inputs;
   v.erase(std::remove(v.begin(), v.end(), n), v.end());
+  impl_->touch();
 }
 
 bool Graph::is_input(const std::string& n) const {
@@ -179,8 +257,12 @@ bool Graph::is_output(const std::string& n) const {
 void Graph::set_initializer(const std::string& n, Tensor t) {
   declare_value(n, TensorType::of(t.dtype(), t.shape()));
   impl_->initializers[n] = std::move(t);
+  impl_->touch();
 }
-void Graph::remove_initializer(const std::string& n) { impl_->initializers.erase(n); }
+void Graph::remove_initializer(const std::string& n) {
+  impl_->initializers.erase(n);
+  impl_->touch();
+}
 bool Graph::is_initializer(const std::string& n) const { return impl_->initializers.count(n) != 0; }
 const Tensor& Graph::initializer(const std::string& n) const {
   auto it = impl_->initializers.find(n);
@@ -232,6 +314,8 @@ NodeId Graph::add_node(const std::string& op_type, const std::vector<std::string
   n.inputs = ins;
   n.outputs = outs;
   n.attrs = std::move(attrs);
+  if (holds_bodies(n)) I.body_holders.insert(n.id);
+  I.touch();
   Vertex v = boost::add_vertex(n, I.g);
   I.vertex_of[n.id] = v;
   if (!nm.empty()) I.nodes_by_name[nm].push_back(n.id);
@@ -283,6 +367,8 @@ void Graph::remove_node(NodeId id, bool drop_outputs) {
   boost::clear_vertex(v, I.g);
   boost::remove_vertex(v, I.g);
   I.vertex_of.erase(id);
+  I.body_holders.erase(id);
+  I.touch();
   unindex_name(I, n.name, id);
   // Inputs that nothing uses any more and that are plain intermediate values are dropped lazily
   // by prune_values(); they may be reused by the caller.
@@ -290,7 +376,13 @@ void Graph::remove_node(NodeId id, bool drop_outputs) {
 
 bool Graph::has_node(NodeId id) const { return impl_->vertex_of.count(id) != 0; }
 const Node& Graph::node(NodeId id) const { return impl_->g[impl_->vertex(id)]; }
-Attributes& Graph::attrs(NodeId id) { return impl_->g[impl_->vertex(id)].attrs; }
+Attributes& Graph::attrs(NodeId id) {
+  Vertex v = impl_->vertex(id);
+  // The caller may add, replace or drop a body: count the node as a holder and drop the cache.
+  impl_->body_holders.insert(id);
+  impl_->touch();
+  return impl_->g[v].attrs;
+}
 void Graph::set_node_name(NodeId id, const std::string& nm) {
   Node& n = impl_->g[impl_->vertex(id)];
   unindex_name(*impl_, n.name, id);
@@ -333,6 +425,7 @@ void Graph::set_input(NodeId id, int slot, const std::string& value) {
     remove_edge_for(I, id, slot);
   }
   n.inputs[size_t(slot)] = value;
+  I.touch();
   if (!value.empty()) {
     Value& val = I.values[value];
     val.uses.push_back({id, slot});
@@ -374,6 +467,7 @@ std::vector<NodeId> Graph::predecessors(NodeId id) const {
   std::set<NodeId> s;
   for (auto e : boost::make_iterator_range(boost::in_edges(impl_->vertex(id), impl_->g)))
     s.insert(impl_->g[boost::source(e, impl_->g)].id);
+  for (NodeId p : edges_at(body_read_edges(*this), false, id)) s.insert(p);
   return {s.begin(), s.end()};
 }
 
@@ -381,16 +475,20 @@ std::vector<NodeId> Graph::successors(NodeId id) const {
   std::set<NodeId> s;
   for (auto e : boost::make_iterator_range(boost::out_edges(impl_->vertex(id), impl_->g)))
     s.insert(impl_->g[boost::target(e, impl_->g)].id);
+  for (NodeId r : edges_at(body_read_edges(*this), true, id)) s.insert(r);
   return {s.begin(), s.end()};
 }
 
 // Kahn's algorithm with a min-heap on ids: deterministic, and keeps import order where it can.
-static std::vector<NodeId> kahn(const GraphImpl& I, std::vector<NodeId>* leftover) {
+// Body-read edges count like the others.
+static std::vector<NodeId> kahn(const Graph& graph, std::vector<NodeId>* leftover) {
+  const GraphImpl& I = graph.impl();
+  const BodyReadEdges* body = body_read_edges(graph);
   std::unordered_map<NodeId, size_t> indeg;
   indeg.reserve(I.vertex_of.size());
   std::priority_queue<NodeId, std::vector<NodeId>, std::greater<NodeId>> ready;
   for (auto& [id, v] : I.vertex_of) {
-    size_t d = boost::in_degree(v, I.g);
+    size_t d = boost::in_degree(v, I.g) + edges_at(body, false, id).size();
     indeg[id] = d;
     if (d == 0) ready.push(id);
   }
@@ -404,6 +502,8 @@ static std::vector<NodeId> kahn(const GraphImpl& I, std::vector<NodeId>* leftove
       NodeId t = I.g[boost::target(e, I.g)].id;
       if (--indeg[t] == 0) ready.push(t);
     }
+    for (NodeId t : edges_at(body, true, id))
+      if (--indeg[t] == 0) ready.push(t);
   }
   if (leftover && order.size() != I.vertex_of.size())
     for (auto& [id, d] : indeg)
@@ -413,7 +513,7 @@ static std::vector<NodeId> kahn(const GraphImpl& I, std::vector<NodeId>* leftove
 
 std::vector<NodeId> Graph::topo_order() const {
   std::vector<NodeId> left;
-  auto order = kahn(*impl_, &left);
+  auto order = kahn(*this, &left);
   if (!left.empty()) {
     std::vector<NodeId> cyc;
     has_cycle(&cyc);
@@ -427,7 +527,7 @@ std::vector<NodeId> Graph::topo_order() const {
 
 bool Graph::has_cycle(std::vector<NodeId>* cycle) const {
   std::vector<NodeId> left;
-  kahn(*impl_, &left);
+  kahn(*this, &left);
   if (left.empty()) return false;
   if (cycle) {
     // Walk predecessors inside the leftover set until a node repeats: that loop is a cycle.
@@ -456,32 +556,24 @@ bool Graph::has_cycle(std::vector<NodeId>* cycle) const {
 
 bool Graph::reaches(NodeId from, NodeId to) const {
   if (from == to) return true;
+  const BodyReadEdges* body = body_read_edges(*this);
   std::unordered_set<NodeId> seen{from};
   std::vector<NodeId> stack{from};
+  auto visit = [&](NodeId t) {
+    if (t == to) return true;
+    if (seen.insert(t).second) stack.push_back(t);
+    return false;
+  };
   while (!stack.empty()) {
     NodeId c = stack.back();
     stack.pop_back();
-    for (auto e : boost::make_iterator_range(boost::out_edges(impl_->vertex(c), impl_->g))) {
-      NodeId t = impl_->g[boost::target(e, impl_->g)].id;
-      if (t == to) return true;
-      if (seen.insert(t).second) stack.push_back(t);
-    }
+    for (auto e : boost::make_iterator_range(boost::out_edges(impl_->vertex(c), impl_->g)))
+      if (visit(impl_->g[boost::target(e, impl_->g)].id)) return true;
+    for (NodeId t : edges_at(body, true, c))
+      if (visit(t)) return true;
   }
   return false;
 }
-
-namespace {
-// The If/Loop/Scan bodies a node holds in its graph attributes.
-std::vector<const Graph*> bodies_of(const Node& n) {
-  std::vector<const Graph*> bodies;
-  for (auto& [name, a] : n.attrs.all()) {
-    if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g.get());
-    if (a.kind == Attribute::Kind::Graphs)
-      for (auto& b : a.graphs) bodies.push_back(b.get());
-  }
-  return bodies;
-}
-}  // namespace
 
 std::vector<std::string> Graph::outer_references() const {
   std::set<std::string> r;

@@ -145,6 +145,8 @@ class Graph {
   void remove_node(NodeId id, bool drop_outputs = true);
   bool has_node(NodeId id) const;
   const Node& node(NodeId id) const;
+  // Mutable attributes. Counts as an edit (a body may be added or replaced): take it, change the
+  // attributes, and query the graph afterwards; do not hold on to it across queries.
   Attributes& attrs(NodeId id);
   void set_node_name(NodeId id, const std::string& name);
   void set_node_doc(NodeId id, const std::string& doc);
@@ -163,10 +165,15 @@ class Graph {
                       Attributes attrs, const std::string& domain = "");
 
   // ---- queries ----
+  // Dependencies are node inputs and body reads: a node whose If/Loop/Scan body (or a body nested
+  // in it) reads a value of this graph by name depends on that value's producer as if it were an
+  // input, though no edge of impl().g carries it. predecessors, successors, topo_order, has_cycle
+  // and reaches all see both kinds. The body reads are cached until the graph or one of its
+  // bodies is edited; a graph with no subgraph attribute pays nothing for them.
   std::optional<NodeId> producer(const std::string& value) const;
   const std::vector<Use>& consumers(const std::string& value) const;
-  std::vector<NodeId> predecessors(NodeId id) const;  // distinct producer nodes of its inputs
-  std::vector<NodeId> successors(NodeId id) const;    // distinct consumer nodes of its outputs
+  std::vector<NodeId> predecessors(NodeId id) const;  // distinct producers of what it reads
+  std::vector<NodeId> successors(NodeId id) const;    // distinct nodes that read its outputs
   // Deterministic topological order (ties broken by id). Throws Model error naming a node on a cycle.
   std::vector<NodeId> topo_order() const;
   // True if the graph has a cycle; `cycle` receives the nodes on one of them.

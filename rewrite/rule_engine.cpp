@@ -275,10 +275,7 @@ class Evaluator {
     }
     if (f == "same_shape") {
       nargs(2);
-      const TensorType &a = g_.type(val(e, 0)), &b = g_.type(val(e, 1));
-      TensorType a2 = a, b2 = b;
-      a2.dtype = b2.dtype = DType::Float32;
-      return GV::boolean(same_type_strict(a2, b2));
+      return GV::boolean(provably_same_shape(g_.type(val(e, 0)), g_.type(val(e, 1))));
     }
     if (f == "broadcastable" || f == "broadcastable_to") {
       nargs(2);
@@ -930,6 +927,18 @@ void collect_guard_vars(const RuleExpr& e, const std::string& fn, GuardHints& h)
 }
 
 }  // namespace
+
+bool provably_same_shape(const TensorType& a, const TensorType& b) {
+  if (!a.has_shape || !b.has_shape || a.dims.size() != b.dims.size()) return false;
+  for (size_t i = 0; i < a.dims.size(); ++i) {
+    const Dim &x = a.dims[i], &y = b.dims[i];
+    // Two unknown dims ("?") of different values say nothing about each other: Slice(x, 2, 5)
+    // of a shape vector of unknown length is "?" like x, yet drops two elements.
+    bool equal = x.known() ? y.known() && x.value == y.value : !y.known() && !x.symbol.empty() && x.symbol == y.symbol;
+    if (!equal) return false;
+  }
+  return true;
+}
 
 bool same_type_strict(const TensorType& a, const TensorType& b) {
   if (a.dtype != b.dtype || !a.has_shape || !b.has_shape || a.dims.size() != b.dims.size()) return false;

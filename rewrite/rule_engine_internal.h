@@ -37,6 +37,10 @@ struct GuardHints {
 };
 GuardHints guard_hints(const Rule& rule);
 
+// The `same_shape` guard: equal rank and every dim known and equal or the same symbol. Unlike
+// same_type_strict, two unknown dims without a symbol are not equal (nothing proves them so).
+bool provably_same_shape(const TensorType& a, const TensorType& b);
+
 // Type equality for a replacement: dtype, rank and every dim equal (known and equal, the same
 // symbol, or both unknown).
 bool same_type_strict(const TensorType& a, const TensorType& b);

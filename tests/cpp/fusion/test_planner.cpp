@@ -497,3 +497,105 @@ TEST_CASE("plan reports list a recomputed node in every block holding it", "[fus
     REQUIRE(std::find(fn.inputs.begin(), fn.inputs.end(), "mask") != fn.inputs.end());
   }
 }
+
+namespace {
+// An If whose branches read `outer` by name (not as a node input): then Identity, else Neg.
+std::string if_reading(GraphBuilder& b, const std::string& cond, const std::string& outer, const Shape& shape) {
+  auto make_body = [&](const std::string& op, const std::string& out) {
+    auto body = std::make_shared<Graph>();
+    body->is_subgraph = true;
+    body->opset_imports[""] = 17;
+    body->declare_value(outer, TensorType::of(DType::Float32, shape));  // an outer reference
+    body->add_node(op, {outer}, {out});
+    body->set_type(out, TensorType::of(DType::Float32, shape));
+    body->add_output(out);
+    return body;
+  };
+  return b.op("If", {cond}, GraphBuilder::attrs({{"then_branch", Attribute::make_graph(make_body("Identity", "then_out"))},
+                                                 {"else_branch", Attribute::make_graph(make_body("Neg", "else_out"))}}),
+              "if");
+}
+}  // namespace
+
+// The expanded AffineGrid tests: a CastLike whose value an If body reads grew into an
+// elementwise block that also consumes the If's output, so the block came after the If and the
+// If read the value before any block wrote it. A body read is an edge like a node input.
+TEST_CASE("a block producing a value an If body reads runs before the If's block", "[fusion][planner][subgraph]") {
+  GraphBuilder b("body-read", 17, 1);
+  auto x = b.input("x", DType::Float32, {4});
+  auto cond = b.input("cond", DType::Bool, {});
+  auto a = b.op("Relu", {x}, {}, "relu");  // read only by the If's bodies and the Sigmoid
+  auto y = if_reading(b, cond, a, {4});
+  auto s = b.op("Sigmoid", {a}, {}, "sigmoid");
+  b.output(b.op("Add", {s, y}, {}, "add"));  // joins the If's output with the Relu's chain
+  Model m = b.finish();
+  const Graph& g = m.graph;
+  for (const TargetDesc& t : {avx512(), target_by_name("reference")}) {
+    FusionPlan plan = plan_fusion(g, t, offline());
+    REQUIRE_NOTHROW(check_plan(g, plan));
+    int relu = plan.block_of(by_name(g, "relu")), iff = plan.block_of(by_name(g, "if")), add = plan.block_of(by_name(g, "add"));
+    CHECK(relu < iff);
+    CHECK(iff < add);
+    CHECK(relu != add);  // fusing them would put the Relu after the If that reads it
+    const FusionBlock& rb = plan.blocks[size_t(relu)];
+    CHECK(std::find(rb.outputs.begin(), rb.outputs.end(), a) != rb.outputs.end());
+    const FusionBlock& ib = plan.blocks[size_t(iff)];
+    CHECK(std::find(ib.inputs.begin(), ib.inputs.end(), a) != ib.inputs.end());
+    for (bool c : {true, false}) {
+      TensorMap feeds = random_feeds(g, 7);
+      feeds["cond"] = Tensor::scalar<bool>(c);
+      TensorMap want = run_reference(g, feeds), got = run_plan_reference(g, plan, feeds);
+      REQUIRE(want.begin()->second.to_float_vector() == got.at(want.begin()->first).to_float_vector());
+    }
+  }
+}
+
+TEST_CASE("the planner orders a body read's producer first even when its node id is higher", "[fusion][planner][subgraph]") {
+  // Rewrites add nodes with new ids: here the Relu an If body reads is added after the If, so
+  // the graph's own topological order (node inputs only, ties by id) puts the If first.
+  GraphBuilder b("late-producer", 17, 1);
+  auto x = b.input("x", DType::Float32, {4});
+  auto cond = b.input("cond", DType::Bool, {});
+  const std::string a = "late_relu_out";
+  b.graph().declare_value(a, TensorType::of(DType::Float32, {4}));
+  auto y = if_reading(b, cond, a, {4});
+  b.graph().add_node("Relu", {x}, {a}, {}, "relu");
+  b.output(b.op("Add", {b.op("Sigmoid", {a}, {}, "sigmoid"), y}, {}, "add"));
+  Graph& g = b.graph();
+  REQUIRE(by_name(g, "relu") > by_name(g, "if"));
+  FusionPlan plan = plan_fusion(g, avx512(), offline());
+  REQUIRE_NOTHROW(check_plan(g, plan));
+  CHECK(plan.block_of(by_name(g, "relu")) < plan.block_of(by_name(g, "if")));
+  CHECK(plan.block_of(by_name(g, "if")) < plan.block_of(by_name(g, "add")));
+}
+
+TEST_CASE("a cheap chain an If body reads keeps its own kernel instead of being recomputed", "[fusion][planner][recompute][subgraph]") {
+  // The mask chain of mask_model is recomputed in both attention blocks when they are its only
+  // readers. An If body reading it too needs a block that writes it out.
+  GraphBuilder b("mask-if", 17, 1);
+  auto mask = b.input("mask", DType::Float32, {1, 1, 16});
+  auto e = b.op("Mul", {b.op("Sub", {b.scalar("one", 1.0f), mask}, {}, "sub"), b.scalar("big", -10000.0f)}, {}, "mask_mul");
+  auto x = b.input("x", DType::Float32, {1, 16, 8});
+  for (int l = 0; l < 2; ++l) {
+    auto s = b.op("MatMul", {x, b.weight("k" + std::to_string(l), {8, 16})}, {}, "scores" + std::to_string(l));
+    b.output(b.op("Add", {s, e}, {}, "masked" + std::to_string(l)));
+  }
+  auto cond = b.input("cond", DType::Bool, {});
+  b.output(if_reading(b, cond, e, {1, 1, 16}));
+  Model m = b.finish();
+  const Graph& g = m.graph;
+  FusionPlan plan = plan_fusion(g, avx512(), offline());
+  REQUIRE_NOTHROW(check_plan(g, plan));
+  CHECK(plan.stats.recomputed_chains == 0);
+  std::vector<int> holders = plan.blocks_of(by_name(g, "mask_mul"));
+  REQUIRE(holders.size() == 1);
+  const FusionBlock& mb = plan.blocks[size_t(holders[0])];
+  CHECK(std::find(mb.outputs.begin(), mb.outputs.end(), e) != mb.outputs.end());
+  CHECK(holders[0] < plan.block_of(by_name(g, "if")));
+  for (bool c : {true, false}) {
+    TensorMap feeds = random_feeds(g, 7);
+    feeds["cond"] = Tensor::scalar<bool>(c);
+    TensorMap want = run_reference(g, feeds), got = run_plan_reference(g, plan, feeds);
+    for (auto& [name, t] : want) REQUIRE(t.to_float_vector() == got.at(name).to_float_vector());
+  }
+}

@@ -571,3 +571,39 @@ TEST_CASE("rules: literal matching is relative (an epsilon is not zero)", "[rule
   CHECK(r.fired.count("add-zero") == 0);
   CHECK(r.fired["mul-one"] == 1);
 }
+
+// The expanded AffineGrid node tests slice a shape vector of unknown length (Concat of [1] dims
+// and a "?" dim): the Slice's output is "?" too, but it drops elements. same_shape(x, root) took
+// the two unknown dims as equal, slice-all removed the Slice, and ConstantOfShape made a rank-5
+// tensor where a rank-3 one was meant.
+TEST_CASE("rules: same_shape never takes two unknown dims as equal (slice-all keeps a real Slice)", "[rules]") {
+  GraphBuilder b("slice-unknown");
+  auto w = b.input("w", DType::Int64, {Dim()});  // a shape vector of unknown length
+  auto shape = b.op("Concat", {b.ints("lead", {1, 1}), w}, GraphBuilder::attrs({{"axis", A::i(0)}}));
+  auto tail = b.op("Slice", {shape, b.ints("starts", {2}), b.ints("ends", {5})});
+  b.output(b.op("ConstantOfShape", {tail}));
+  Model m = b.finish();
+  INFO("Concat " << m.graph.type(shape).str() << ", Slice " << m.graph.type(tail).str());
+  REQUIRE(m.graph.type(shape).rank() == 1);
+  REQUIRE_FALSE(m.graph.type(shape).dims[0].known());
+  REQUIRE(m.graph.type(tail).rank() == 1);
+  REQUIRE_FALSE(m.graph.type(tail).dims[0].known());
+  Graph before = m.graph;
+  NodeId slice = *m.graph.producer(tail);
+  CHECK_FALSE(rule_matches_at(m.graph, rules_of("rule r: Slice(x, s, e) => x where same_shape(x, root)").rules[0], slice));
+  RewriteResult r = apply_rules(m.graph, all_shipped_rules(), verified());
+  CHECK(r.fired.count("slice-all") == 0);
+  CHECK(count_op(m.graph, "Slice") == 1);
+  TensorMap feeds{{"w", Tensor::from_vector<int64_t>({3}, {2, 3, 4})}};
+  TensorMap want = run_reference(before, feeds), got = run_reference(m.graph, feeds);
+  REQUIRE(want.begin()->second.shape() == Shape{2, 3, 4});
+  REQUIRE(got.begin()->second.shape() == Shape{2, 3, 4});
+
+  // Known equal dims are still proof: slicing all of a [2, 3] tensor goes away.
+  GraphBuilder k("slice-known");
+  auto x = k.input("x", DType::Float32, {2, 3});
+  k.output(k.op("Relu", {k.op("Slice", {x, k.ints("s", {0}), k.ints("e", {2})})}));
+  Model mk = k.finish();
+  CHECK(rewrite_and_compare(mk, shipped("slice-all")).applications == 1);
+  CHECK(count_op(mk.graph, "Slice") == 0);
+}
