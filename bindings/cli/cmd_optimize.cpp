@@ -22,7 +22,6 @@ void write_text(const std::string& path, const std::string& text) {
 int run_optimize(const ParsedArgs& args) {
   const std::string path = args.positional(0);
   Model m = load_model_file(path, shape_bindings(args));
-  Model original_for_fused = m;  // metadata for the fused export
   OptimizeOptions o;
   o.pipeline = args.get("--pipeline", "auto");
   o.pipeline_file = args.get("--pipeline-file");

@@ -12,6 +12,7 @@
 #include "graph/zoo.h"
 #include "rewrite/pass.h"
 #include "rewrite/passes.h"
+#include "rewrite/rule_passes.h"
 
 using namespace nnfuse;
 
@@ -328,6 +329,49 @@ TEST_CASE("fold-batchnorm leaves a Conv whose output has two uses", "[passes]") 
   PassContext ctx = run_pipeline(m, "pass fold-batchnorm\n");
   REQUIRE(ctx.rules_fired["fold-batchnorm"] == 0);
   REQUIRE(histogram(m.graph)["BatchNormalization"] == 2);
+}
+
+// The CNN and detector class pipelines run fold-batchnorm where `full` runs rules-recognition
+// (only its bn-into-conv rules fire there): the two must build the same graph, up to the names of
+// the new weights, with the same weight values (bench/pipelines.py checks this on the zoo too).
+TEST_CASE("fold-batchnorm builds the graph rules-recognition's bn-into-conv rules build", "[passes]") {
+  GraphBuilder b("bn_same", 17, 5);
+  auto x = b.input("x", DType::Float32, {1, 8, 6, 6});
+  // 3x3 without bias, 1x1 with a bias, depthwise (group 8) without bias, in a chain.
+  auto y = b.op("Conv", {x, b.weight("w1", {8, 8, 3, 3}, 0.3f)}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  y = b.op("Relu", {bn(b, y, 8)});
+  y = b.op("Conv", {y, b.weight("w2", {16, 8, 1, 1}, 0.3f), b.weight("b2", {16})});
+  y = b.op("Relu", {bn(b, y, 16)});
+  y = b.op("Conv", {y, b.weight("w3", {16, 1, 3, 3}, 0.3f)}, GraphBuilder::attrs({{"group", A::i(16)}}));
+  b.output(bn(b, y, 16));
+  Model by_rule = b.finish();
+  Model by_pass = by_rule;
+  Graph before = by_rule.graph;
+  register_rule_passes();
+  PassContext rc = run_pipeline(by_rule, "pass rules-recognition only=bn-into-conv,bn-into-conv-bias\n");
+  PassContext pc = run_pipeline(by_pass, "pass fold-batchnorm\n");
+  REQUIRE(rc.rules_fired["bn-into-conv"] + rc.rules_fired["bn-into-conv-bias"] == 3);
+  REQUIRE(pc.rules_fired["fold-batchnorm"] == 3);
+  const Graph &gr = by_rule.graph, &gp = by_pass.graph;
+  std::vector<NodeId> order_r = gr.topo_order(), order_p = gp.topo_order();
+  REQUIRE(order_r.size() == order_p.size());
+  REQUIRE(gr.initializer_names().size() == gp.initializer_names().size());
+  for (size_t k = 0; k < order_r.size(); ++k) {
+    const Node &nr = gr.node(order_r[k]), &np = gp.node(order_p[k]);
+    INFO("node " << k << ": " << nr.op_type << " / " << np.op_type);
+    REQUIRE(nr.op_type == np.op_type);
+    REQUIRE(nr.attrs == np.attrs);
+    REQUIRE(nr.inputs.size() == np.inputs.size());
+    for (size_t i = 1; i < nr.inputs.size(); ++i) {  // the folded weight and bias: same values
+      const Tensor *tr = gr.constant_value(nr.inputs[i]), *tp = gp.constant_value(np.inputs[i]);
+      REQUIRE(tr);
+      REQUIRE(tp);
+      REQUIRE(tr->shape() == tp->shape());
+      auto vr = tr->to_float_vector(), vp = tp->to_float_vector();
+      for (size_t e = 0; e < vr.size(); ++e) REQUIRE(std::fabs(vr[e] - vp[e]) <= 1e-6f + 1e-6f * std::fabs(vr[e]));
+    }
+  }
+  require_same_outputs(before, gp, 1e-5, 1e-5);
 }
 
 // ---------------------------------------------------------------- combine-parallel-*
