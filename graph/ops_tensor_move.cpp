@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "graph/ops_tensor_util.h"
+#include "graph/resampling.h"
 
 namespace nnfuse::tensor_ops {
 
@@ -562,11 +563,48 @@ InferResult infer_pad(const InferContext& c) {
   return infer_one(TensorType(in.dtype, out));
 }
 
+}  // namespace
+
+PadSources pad_sources(const Node& n, int64_t opset, const Shape& in, const Tensor* pads, const Tensor* axes) {
+  ErrorContext ec{"", 0, 0, n.label(), n.op_type, int(opset)};
+  auto p = *pad_spec(n, opset, int64_t(in.size()), [&](size_t i) -> std::optional<std::vector<int64_t>> {
+    const Tensor* t = i == 1 ? pads : i == 3 ? axes : nullptr;
+    if (!t) fail(ErrorKind::Invalid, "Pad: input " + std::to_string(i) + " is not given", ec);
+    return t->to_int_vector();
+  });
+  PadSources r;
+  r.mode = p.mode;
+  for (size_t d = 0; d < in.size(); ++d) {
+    int64_t n_in = in[d], b = p.begin[d], n_out = n_in + b + p.end[d];
+    if (n_out < 0) fail(ErrorKind::Shape, "Pad: pads make dimension " + std::to_string(d) + " of " + shape_str(in) + " negative", ec);
+    auto& m = r.src.emplace_back(size_t(n_out));
+    for (int64_t o = 0; o < n_out; ++o) {
+      int64_t i = o - b;
+      if (i < 0 || i >= n_in) {
+        if (p.mode == "constant") { m[size_t(o)] = -1; continue; }
+        if (n_in == 0) fail(ErrorKind::Shape, "Pad: mode '" + p.mode + "' cannot pad an empty dimension", ec);
+        if (p.mode == "edge") i = std::clamp<int64_t>(i, 0, n_in - 1);
+        else if (p.mode == "wrap") i = ((i % n_in) + n_in) % n_in;
+        else if (n_in == 1) i = 0;
+        else {
+          // Reflect without repeating the edge, folding as often as the pad needs.
+          int64_t period = 2 * (n_in - 1);
+          i = ((i % period) + period) % period;
+          if (i >= n_in) i = period - i;
+        }
+      }
+      m[size_t(o)] = i;
+    }
+  }
+  return r;
+}
+
+namespace {
+
 std::vector<Tensor> kernel_pad(const KernelContext& c) {
   const Tensor& x = c.input(0);
-  auto p = *pad_spec(c.node, c.opset, x.rank(), [&](size_t i) -> std::optional<std::vector<int64_t>> {
-    return c.input(i).to_int_vector();
-  });
+  auto input = [&](size_t i) -> const Tensor* { return c.opset >= 11 && c.has_input(i) ? &c.input(i) : nullptr; };
+  PadSources ps = pad_sources(c.node, c.opset, x.shape(), input(1), input(3));
   Tensor fill;
   if (c.opset < 11) fill = Tensor::scalar<float>(c.node.attrs.get_float("value", 0.0f)).cast(x.dtype());
   else if (c.has_input(2) && c.input(2).numel() > 0) fill = c.input(2).dtype() == x.dtype() ? c.input(2) : c.input(2).cast(x.dtype());
@@ -575,28 +613,8 @@ std::vector<Tensor> kernel_pad(const KernelContext& c) {
   auto st = contiguous_strides(x.shape());
   std::vector<std::vector<int64_t>> maps(size_t(x.rank()));
   for (int64_t d = 0; d < x.rank(); ++d) {
-    int64_t n = x.dim(d), b = p.begin[size_t(d)];
-    out[size_t(d)] = n + b + p.end[size_t(d)];
-    if (out[size_t(d)] < 0) c.error("Pad: pads make dimension " + std::to_string(d) + " of " + shape_str(x.shape()) + " negative");
-    auto& m = maps[size_t(d)];
-    m.resize(size_t(out[size_t(d)]));
-    for (int64_t o = 0; o < out[size_t(d)]; ++o) {
-      int64_t i = o - b;
-      if (i < 0 || i >= n) {
-        if (p.mode == "constant") { m[size_t(o)] = -1; continue; }
-        if (n == 0) c.error("Pad: mode '" + p.mode + "' cannot pad an empty dimension");
-        if (p.mode == "edge") i = std::clamp<int64_t>(i, 0, n - 1);
-        else if (p.mode == "wrap") i = ((i % n) + n) % n;
-        else if (n == 1) i = 0;
-        else {
-          // Reflect without repeating the edge, folding as often as the pad needs.
-          int64_t period = 2 * (n - 1);
-          i = ((i % period) + period) % period;
-          if (i >= n) i = period - i;
-        }
-      }
-      m[size_t(o)] = i * st[size_t(d)];
-    }
+    out[size_t(d)] = int64_t(ps.src[size_t(d)].size());
+    for (int64_t i : ps.src[size_t(d)]) maps[size_t(d)].push_back(i < 0 ? -1 : i * st[size_t(d)]);
   }
   Tensor y(x.dtype(), out);
   gather_by_dim_maps(y.raw(), x.raw(), out, maps, elem_size(c, x), fill.raw());

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "graph/ops_tensor_util.h"
+#include "graph/resampling.h"
 
 namespace nnfuse::tensor_ops {
 
@@ -279,45 +280,74 @@ Taps make_taps(const ResizeAttrs& a, int64_t in, int64_t out, double scale, doub
   return t;
 }
 
-std::vector<Tensor> kernel_resize(const KernelContext& c) {
-  const Tensor& x = c.input(0);
-  ResizeAttrs a = resize_attrs(c.node, c.opset);
-  ResizeInputs ri = resize_inputs(c.node, c.opset);
-  auto present = [&](int i) { return i >= 0 && c.has_input(size_t(i)) && c.input(size_t(i)).numel() > 0; };
-  bool sizes_given = present(ri.sizes), scales_given = !sizes_given && present(ri.scales);
+}  // namespace
+
+ResizeInputSlots resize_input_slots(const Node& n, int64_t opset) {
+  ResizeInputs ri = resize_inputs(n, opset);
+  return {ri.roi, ri.scales, ri.sizes};
+}
+
+ResizeTaps resize_taps(const Node& n, int64_t opset, const Shape& in_shape, const Tensor* roi_in, const Tensor* scales_in,
+                       const Tensor* sizes_in) {
+  ErrorContext ec{"", 0, 0, n.label(), n.op_type, int(opset)};
+  ResizeAttrs a = resize_attrs(n, opset);
+  auto given = [](const Tensor* t) { return t && t->numel() > 0; };
+  bool sizes_given = given(sizes_in), scales_given = !sizes_given && given(scales_in);
   std::optional<std::vector<int64_t>> sizes;
   std::optional<std::vector<float>> scales;
-  if (sizes_given) sizes = c.input(size_t(ri.sizes)).to_int_vector();
-  if (scales_given) scales = c.input(size_t(ri.scales)).to_float_vector();
-  ResizeShape rs = resize_shape(c.node, c.opset, a, dims_of(x.shape()), scales, sizes, scales_given, sizes_given);
-  const int64_t r = x.rank();
-  Shape out(static_cast<size_t>(r));
-  for (int64_t d = 0; d < r; ++d) out[size_t(d)] = rs.out[size_t(d)].value;
+  if (sizes_given) sizes = sizes_in->to_int_vector();
+  if (scales_given) scales = scales_in->to_float_vector();
+  ResizeShape rs = resize_shape(n, opset, a, dims_of(in_shape), scales, sizes, scales_given, sizes_given);
+  const int64_t r = int64_t(in_shape.size());
+  ResizeTaps t;
+  t.mode = a.mode;
+  t.extrapolation = a.extrapolation;
+  t.out.assign(static_cast<size_t>(r), 0);
+  for (int64_t d = 0; d < r; ++d) t.out[size_t(d)] = rs.out[size_t(d)].value;
   // roi: [starts..., ends...] over the resized axes (all axes unless `axes` is given).
   std::vector<double> roi_start(static_cast<size_t>(r), 0.0), roi_end(static_cast<size_t>(r), 1.0);
-  if (a.coord == "tf_crop_and_resize" && present(ri.roi)) {
-    auto roi = c.input(size_t(ri.roi)).to_float_vector();
+  if (a.coord == "tf_crop_and_resize" && given(roi_in)) {
+    auto roi = roi_in->to_float_vector();
     std::vector<int64_t> axes = a.axes;
-    for (auto& v : axes) v = normalize_axis(v, r, c.node);
+    for (auto& v : axes) v = normalize_axis(v, r, n);
     if (axes.empty())
       for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-    if (roi.size() != 2 * axes.size()) c.error("Resize: roi has " + std::to_string(roi.size()) + " entries, expected " + std::to_string(2 * axes.size()));
+    if (roi.size() != 2 * axes.size())
+      fail(ErrorKind::Shape, "Resize: roi has " + std::to_string(roi.size()) + " entries, expected " + std::to_string(2 * axes.size()), ec);
     for (size_t i = 0; i < axes.size(); ++i) {
       roi_start[size_t(axes[i])] = roi[i];
       roi_end[size_t(axes[i])] = roi[i + axes.size()];
     }
   }
-  std::vector<Taps> taps(static_cast<size_t>(r));
-  std::vector<bool> active(static_cast<size_t>(r), false);
+  t.axes.resize(static_cast<size_t>(r));
   for (int64_t d = 0; d < r; ++d) {
-    int64_t n = x.dim(d), m = out[size_t(d)];
-    if (m < 0) c.error("Resize: negative output size");
-    bool identity = n == m && rs.scales[size_t(d)] == 1.0f && a.coord != "tf_crop_and_resize";
+    int64_t in = in_shape[size_t(d)], m = t.out[size_t(d)];
+    if (m < 0) fail(ErrorKind::Shape, "Resize: negative output size", ec);
+    bool identity = in == m && rs.scales[size_t(d)] == 1.0f && a.coord != "tf_crop_and_resize";
     if (identity) continue;
-    if (n == 0 && m > 0) c.error("Resize: cannot resize an empty dimension");
-    active[size_t(d)] = true;
-    taps[size_t(d)] = make_taps(a, n, m, double(rs.scales[size_t(d)]), roi_start[size_t(d)], roi_end[size_t(d)]);
+    if (in == 0 && m > 0) fail(ErrorKind::Shape, "Resize: cannot resize an empty dimension", ec);
+    Taps tp = make_taps(a, in, m, double(rs.scales[size_t(d)]), roi_start[size_t(d)], roi_end[size_t(d)]);
+    ResizeAxisTaps& ax = t.axes[size_t(d)];
+    ax.active = true;
+    ax.taps = std::move(tp.taps);
+    ax.extrapolate = std::move(tp.extrapolate);
   }
+  return t;
+}
+
+namespace {
+
+std::vector<Tensor> kernel_resize(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  ResizeAttrs a = resize_attrs(c.node, c.opset);
+  ResizeInputs ri = resize_inputs(c.node, c.opset);
+  auto input = [&](int i) -> const Tensor* { return i >= 0 && c.has_input(size_t(i)) ? &c.input(size_t(i)) : nullptr; };
+  ResizeTaps rt = resize_taps(c.node, c.opset, x.shape(), input(ri.roi), input(ri.scales), input(ri.sizes));
+  const int64_t r = x.rank();
+  const Shape& out = rt.out;
+  std::vector<bool> active(static_cast<size_t>(r), false);
+  std::vector<ResizeAxisTaps>& taps = rt.axes;
+  for (int64_t d = 0; d < r; ++d) active[size_t(d)] = taps[size_t(d)].active;
   Tensor y(x.dtype(), out);
   if (y.numel() == 0) return {y};
   if (a.mode == "nearest") {
@@ -350,7 +380,7 @@ std::vector<Tensor> kernel_resize(const KernelContext& c) {
     for (int64_t k = 0; k < d; ++k) outer *= shape[size_t(k)];
     for (int64_t k = d + 1; k < r; ++k) inner *= shape[size_t(k)];
     std::vector<double> next(size_t(outer * m * inner), 0.0);
-    const Taps& t = taps[size_t(d)];
+    const ResizeAxisTaps& t = taps[size_t(d)];
     if (inner == 1) {
       // Last axis: one dot product of the taps per output element.
       for (int64_t o = 0; o < outer; ++o) {

@@ -322,6 +322,9 @@ struct StageEmitter {
       body << "  a.dil_h = " << ip("DH") << "; a.dil_w = " << ip("DW") << "; a.group = " << ip("G") << ";\n";
       body << "  a.set_contiguous();\n  a.x = " << in(0) << "; a.w = " << in(1) << "; a.y = " << y << ";\n";
       body << "  nnfuse::mk::conv2d<nf::A>(a, ep, par);\n";
+    } else if (op == "ConvTranspose") {
+      pre << "#include \"microkernels/conv_transpose.h\"\n";
+      body << emit_conv_transpose_call(st, in(0), in(1), y);
     } else if (op == "Pool") {
       body << "  nf::pool2d(ctx, " << in(0) << ", " << y;
       for (auto k : {"N", "C", "H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW", "PH1", "PW1", "DH", "DW"}) body << ", " << i64(ip(k));
@@ -355,7 +358,7 @@ std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
   // Anchors instantiate microkernel templates and cost most to compile.
   auto compile_cost = [](const Stage& s) {
     if (s.kind != StageKind::Anchor) return 1.0;
-    return s.anchor_op == "Conv" || s.anchor_op == "MatMul" || s.anchor_op == "Gemm" || s.anchor_op == "LSTM" ? 10.0 : 3.0;
+    return s.anchor_op == "Conv" || s.anchor_op == "ConvTranspose" || s.anchor_op == "MatMul" || s.anchor_op == "Gemm" || s.anchor_op == "LSTM" ? 10.0 : 3.0;
   };
   // Every unit pays a fixed price (compiler start, loading the precompiled support header: about
   // 0.15 s CPU, twice an elementwise stage's own cost), so a unit gets at least kMinUnitCost of

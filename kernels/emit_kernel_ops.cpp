@@ -69,4 +69,16 @@ std::string emit_kernel_op_stage(const Stage& s) {
   fail(ErrorKind::Unsupported, "emitter: no code for kernel op " + s.anchor_op + " (stage " + s.name + ")");
 }
 
+std::string emit_conv_transpose_call(const Stage& st, const std::string& x, const std::string& w, const std::string& y) {
+  std::ostringstream o;
+  o << "  nnfuse::mk::ConvTranspose2dArgs a;\n";
+  o << "  a.N = " << ip(st, "N") << "; a.C = " << ip(st, "C") << "; a.H = " << ip(st, "H") << "; a.W = " << ip(st, "W") << "; a.K = " << ip(st, "CO")
+    << "; a.OH = " << ip(st, "OH") << "; a.OW = " << ip(st, "OW") << "; a.KH = " << ip(st, "KH") << "; a.KW = " << ip(st, "KW") << ";\n";
+  o << "  a.stride_h = " << ip(st, "SH") << "; a.stride_w = " << ip(st, "SW") << "; a.pad_top = " << ip(st, "PH") << "; a.pad_left = " << ip(st, "PW")
+    << "; a.dil_h = " << ip(st, "DH") << "; a.dil_w = " << ip(st, "DW") << "; a.group = " << ip(st, "G") << ";\n";
+  o << "  a.x = " << x << "; a.w = " << w << "; a.y = " << y << ";\n";
+  o << "  nnfuse::mk::conv_transpose2d<nf::A>(a, ep, par);\n";
+  return o.str();
+}
+
 }  // namespace nnfuse

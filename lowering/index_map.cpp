@@ -123,7 +123,6 @@ bool chain(const std::vector<int64_t>& coef, const Shape& dims, size_t lo, size_
   int64_t expect = -1;
   s = 0;
   bool first = true;
-  int64_t step = 1;  // elements of the flattened range per unit of the current dim
   for (size_t k = hi; k-- > lo;) {
     if (dims[k] == 1) continue;
     if (first) {
@@ -134,9 +133,7 @@ bool chain(const std::vector<int64_t>& coef, const Shape& dims, size_t lo, size_
       if (coef[k] != expect) return false;
       expect = coef[k] * dims[k];
     }
-    step *= dims[k];
   }
-  (void)step;
   return true;
 }
 
@@ -194,15 +191,38 @@ Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
   return a;
 }
 
-IndexStep broadcast_step(const Shape& out, const Shape& in) {
+IndexStep select_step(const Shape& from, const Shape& to, std::vector<int> src) {
   IndexStep s;
   s.kind = IndexStep::Select;
-  s.from = out;
-  s.to = in;
-  s.src.assign(in.size(), -1);
-  size_t lead = out.size() - in.size();
-  for (size_t k = 0; k < in.size(); ++k) s.src[k] = in[k] == 1 ? -1 : int(k + lead);
+  s.from = from;
+  s.to = to;
+  s.src = std::move(src);
   return s;
+}
+
+IndexStep reshape_step(const Shape& from, const Shape& to) {
+  IndexStep s;
+  s.kind = IndexStep::Reshape;
+  s.from = from;
+  s.to = to;
+  return s;
+}
+
+IndexStep offset_step(const Shape& from, const Shape& to, std::vector<int64_t> off, std::vector<int64_t> stride) {
+  IndexStep s;
+  s.kind = IndexStep::Offset;
+  s.from = from;
+  s.to = to;
+  s.off = std::move(off);
+  s.stride = std::move(stride);
+  return s;
+}
+
+IndexStep broadcast_step(const Shape& out, const Shape& in) {
+  std::vector<int> src(in.size(), -1);
+  size_t lead = out.size() - in.size();
+  for (size_t k = 0; k < in.size(); ++k) src[k] = in[k] == 1 ? -1 : int(k + lead);
+  return select_step(out, in, std::move(src));
 }
 
 }  // namespace nnfuse

@@ -192,6 +192,10 @@ std::string layout_name(int block);
 // layout each fused block runs in.
 nlohmann::json layout_summary(const KernelModule& mod);
 
+// Index step constructors (index_map.cpp).
+IndexStep select_step(const Shape& from, const Shape& to, std::vector<int> src);
+IndexStep reshape_step(const Shape& from, const Shape& to);
+IndexStep offset_step(const Shape& from, const Shape& to, std::vector<int64_t> off, std::vector<int64_t> stride = {});
 // numpy broadcasting as an index step: output index over `out` -> input index over `in` (size-1
 // and missing leading dims read index 0).
 IndexStep broadcast_step(const Shape& out, const Shape& in);

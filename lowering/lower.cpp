@@ -8,8 +8,10 @@
 #include "graph/error.h"
 #include "graph/op_registry.h"
 #include "lowering/kernel_ir.h"
+#include "lowering/lower_conv_transpose.h"
 #include "lowering/lower_data_movement.h"
 #include "lowering/lower_kernel_ops.h"
+#include "rewrite/passes_util.h"
 
 namespace nnfuse {
 
@@ -72,7 +74,12 @@ FusionPlan singleton_plan(const Graph& g) {
     b.members = {id};
     b.type = node_mapping_type(g, id);
     if (b.type == MappingType::ManyToMany) b.anchor = id;
-    for (auto& v : n.inputs)
+    std::vector<std::string> reads = n.inputs;
+    // An If/Loop/Scan body reads values by name: they are inputs too, so that they stay live
+    // until this block runs (the fallback stage hands them to the body as its outer scope).
+    for (auto& v : passes::subgraph_reads(n))
+      if (g.has_value(v)) reads.push_back(v);
+    for (auto& v : reads)
       if (!v.empty() && std::find(b.inputs.begin(), b.inputs.end(), v) == b.inputs.end()) b.inputs.push_back(v);
     for (auto& v : n.outputs)
       if (!v.empty()) b.outputs.push_back(v);
@@ -95,7 +102,7 @@ const std::set<std::string> kUnary = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "
                                       "Floor", "Ceil", "Round", "Sin", "Cos", "Gelu"};
 const std::set<std::string> kBinary = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"};
 const std::set<std::string> kReorg = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
-const std::set<std::string> kAnchors = {"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+const std::set<std::string> kAnchors = {"MatMul", "Gemm", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool",
                                         "GlobalMaxPool", "Softmax", "LayerNormalization", "ReduceMean", "ReduceSum",
                                         "ReduceMax"};
 
@@ -132,18 +139,14 @@ IndexMap then(IndexMap m, IndexStep s) {
     for (auto d : s.to)
       if (d != 1) b.push_back(d);
     if (a == b) {
-      IndexStep sel;
-      sel.kind = IndexStep::Select;
-      sel.from = s.from;
-      sel.to = s.to;
-      sel.src.assign(s.to.size(), -1);
+      std::vector<int> src(s.to.size(), -1);
       size_t j = 0;
       for (size_t k = 0; k < s.to.size(); ++k) {
         if (s.to[k] == 1) continue;
         while (s.from[j] == 1) ++j;
-        sel.src[k] = int(j++);
+        src[k] = int(j++);
       }
-      s = sel;
+      s = select_step(s.from, s.to, std::move(src));
     } else if (!m.steps.empty() && m.steps.back().kind == IndexStep::Reshape) {
       m.steps.back().to = s.to;
       if (m.steps.back().from == m.steps.back().to) m.steps.pop_back();
@@ -172,23 +175,6 @@ IndexMap then(IndexMap m, IndexStep s) {
   return m;
 }
 
-
-IndexStep select_step(const Shape& from, const Shape& to, std::vector<int> src) {
-  IndexStep s;
-  s.kind = IndexStep::Select;
-  s.from = from;
-  s.to = to;
-  s.src = std::move(src);
-  return s;
-}
-
-IndexStep reshape_step(const Shape& from, const Shape& to) {
-  IndexStep s;
-  s.kind = IndexStep::Reshape;
-  s.from = from;
-  s.to = to;
-  return s;
-}
 
 IndexMap identity_map(const Shape& s) {
   IndexMap m;
@@ -233,12 +219,20 @@ struct Lowerer {
     return b.id;
   }
 
+  // The value of a constant: folded at lowering time, an initializer or a Constant; else null.
+  const Tensor* constant(const std::string& v) const {
+    auto it = folded.find(v);
+    if (it != folded.end()) return &it->second;
+    if (const Tensor* t = g.constant_value(v)) return t;
+    // An initializer also listed as a graph input (IR < 4 exports) is overridable in ONNX, but
+    // the compiled model takes no such input (run() skips them): its initializer is the value.
+    return g.find_initializer(v);
+  }
+
   int buffer_for(const std::string& v) {
     auto it = buf_of.find(v);
     if (it != buf_of.end()) return it->second;
-    auto fit = folded.find(v);
-    const Tensor* c = fit != folded.end() ? &fit->second : g.constant_value(v);
-    if (c) {
+    if (const Tensor* c = constant(v)) {
       int id = add_buffer(v, c->dtype(), c->shape(), BufferKind::Weight);
       mod.buffers[size_t(id)].data = *c;
       return id;
@@ -287,11 +281,9 @@ struct Lowerer {
     DMHost(Lowerer& lw, StageBuilder& s, BlockCtx& b) : l(lw), sb(s), bc(b) {}
     const Graph& graph() const override { return l.g; }
     Shape shape_of(const std::string& v) override { return l.shape_of(v); }
-    const Tensor* constant(const std::string& v) override {
-      auto it = l.folded.find(v);
-      return it != l.folded.end() ? &it->second : l.g.constant_value(v);
-    }
+    const Tensor* constant(const std::string& v) override { return l.constant(v); }
     int buffer_for(const std::string& v) override { return l.buffer_for(v); }
+    int weight_buffer(Tensor t) override { return l.weight_buffer(std::move(t)); }
     const KBuffer& buffer(int id) const override { return l.mod.buffers.at(size_t(id)); }
     bool in_block(const std::string& v) const override { return bc.producer.count(v) && !bc.available.count(v); }
     int expr_of(const std::string& v, const IndexMap& m) override { return l.expr_of(sb, bc, v, m); }
@@ -352,8 +344,7 @@ struct Lowerer {
 
   std::optional<double> scalar_const(const std::string& v) {
     if (v.empty()) return std::nullopt;
-    auto fit = folded.find(v);
-    const Tensor* t = fit != folded.end() ? &fit->second : g.constant_value(v);
+    const Tensor* t = constant(v);
     if (!t || t->numel() != 1) return std::nullopt;
     return t->as_double(0);
   }
@@ -457,8 +448,7 @@ struct Lowerer {
     if (op == "BatchNormalization") {
       if (n.attrs.get_int("training_mode", 0) != 0) no_lowering(n, "training mode");
       if (out.size() < 2) no_lowering(n, "rank < 2");
-      const Tensor *s = g.constant_value(n.inputs[1]), *b = g.constant_value(n.inputs[2]), *mu = g.constant_value(n.inputs[3]),
-                   *var = g.constant_value(n.inputs[4]);
+      const Tensor *s = constant(n.inputs[1]), *b = constant(n.inputs[2]), *mu = constant(n.inputs[3]), *var = constant(n.inputs[4]);
       if (!s || !b || !mu || !var || s->dtype() != DType::Float32) no_lowering(n, "non-constant parameters");
       int64_t C = out[1];
       if (s->numel() != C || b->numel() != C || mu->numel() != C || var->numel() != C) no_lowering(n, "parameter sizes");
@@ -516,13 +506,9 @@ struct Lowerer {
         if (o.empty()) no_lowering(n, "absent output");
         start += shape_of(o)[size_t(axis)];
       }
-      IndexStep st;
-      st.kind = IndexStep::Offset;
-      st.from = out;
-      st.to = in;
-      st.off.assign(in.size(), 0);
-      st.off[size_t(axis)] = start;
-      return expr_of(sb, bc, n.inputs[0], then(m, st));
+      std::vector<int64_t> off(in.size(), 0);
+      off[size_t(axis)] = start;
+      return expr_of(sb, bc, n.inputs[0], then(m, offset_step(out, in, std::move(off))));
     }
     no_lowering(n, "no lowering for this op yet");
   }
@@ -847,6 +833,12 @@ struct Lowerer {
         int b = expr_of(sb, bc, n.inputs[2], then(identity_map(O), select_step(O, {O[1]}, {1})));
         value = binary(sb, "Add", value, b);
       }
+    } else if (op == "ConvTranspose") {
+      need_float(n.inputs[1]);
+      if (auto why = conv_transpose_params(n, shape_of(n.inputs[0]), shape_of(n.inputs[1]), O, st); !why.empty()) no_lowering(n, why);
+      st.anchor_inputs = {data_in(0), data_in(1)};
+      if (n.inputs.size() > 2 && !n.inputs[2].empty())
+        value = binary(sb, "Add", value, expr_of(sb, bc, n.inputs[2], then(identity_map(O), select_step(O, {O[1]}, {1}))));
     } else if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool") {
       Shape X = shape_of(n.inputs[0]);
       if (X.size() != 4) no_lowering(n, "only 2-D pooling is lowered");
@@ -951,10 +943,7 @@ struct Lowerer {
     const Node& n = g.node(b.members[0]);
     KernelOpContext cx{g, mod, [this](const std::string& v) { return buffer_for(v); },
                        [this](DType dt, const Shape& s, BufferKind k) { return add_buffer("", dt, s, k); },
-                       [this](const std::string& v) -> const Tensor* {
-                         auto it = folded.find(v);
-                         return it != folded.end() ? &it->second : g.constant_value(v);
-                       }};
+                       [this](const std::string& v) { return constant(v); }};
     Stage st;
     std::string why = lower_kernel_op(n, cx, st);
     if (!why.empty()) no_lowering(n, why);
@@ -984,7 +973,8 @@ struct Lowerer {
     }
     std::string tag = "b" + std::to_string(b.id);
     std::vector<Stage> stages;
-    if (b.anchor == kNoNode) {
+    // A Many-to-Many member that is an expression (a linearly downscaling Resize) anchors no kernel.
+    if (b.anchor == kNoNode || dm::lowers_op(g.node(b.anchor).op_type)) {
       for (NodeId id : b.members) {
         if (folded_nodes.count(id)) continue;
         const Node& n = g.node(id);

@@ -41,17 +41,6 @@ bool generated_dtype(DType d) {
   }
 }
 
-IndexStep offset_step(const Shape& from, const Shape& to, std::vector<int64_t> off, std::vector<int64_t> stride = {}) {
-  IndexStep s;
-  s.kind = IndexStep::Offset;
-  s.from = from;
-  s.to = to;
-  s.off = std::move(off);
-  s.stride = std::move(stride);
-  return s;
-}
-
-
 // The range [lo, hi] that coordinate k of m's codomain takes over m's domain (an
 // over-approximation through Reshape and Gather steps: the whole dim).
 std::pair<int64_t, int64_t> coord_range(const IndexMap& m, size_t k) {
@@ -93,14 +82,11 @@ int gather_expr(ExprHost& h, const Node& n, const IndexMap& m) {
     int64_t i = c->to_int_vector().at(0);
     if (i < 0) i += D[size_t(axis)];
     if (i < 0 || i >= D[size_t(axis)]) h.no_lowering(n, "constant index out of range");  // the reference kernel reports it
-    IndexStep sel;
-    sel.kind = IndexStep::Select;
-    sel.from = O;
-    sel.to = D;
-    for (int64_t k = 0; k < int64_t(D.size()); ++k) sel.src.push_back(k < axis ? int(k) : k == axis ? -1 : int(k - 1));
+    std::vector<int> src;
+    for (int64_t k = 0; k < int64_t(D.size()); ++k) src.push_back(k < axis ? int(k) : k == axis ? -1 : int(k - 1));
     std::vector<int64_t> off(D.size(), 0);
     off[size_t(axis)] = i;
-    return h.expr_of(data, h.then(h.then(m, sel), offset_step(D, D, off)));
+    return h.expr_of(data, h.then(h.then(m, select_step(O, D, std::move(src))), offset_step(D, D, off)));
   }
   if (h.in_block(ind)) h.no_lowering(n, "indices computed in the same block");
   int ib = h.buffer_for(ind);
@@ -184,21 +170,14 @@ int tile_expr(ExprHost& h, const Node& n, const IndexMap& m) {
   // out[k] = reps[k] * in[k]: viewed as [reps0, in0, reps1, in1, ...], the input index is every
   // second coordinate.
   Shape split;
-  IndexStep sel;
-  sel.kind = IndexStep::Select;
+  std::vector<int> src;
   for (size_t k = 0; k < in.size(); ++k) {
     if (in[k] == 0 || out[k] % in[k] != 0) h.no_lowering(n, "output is not a whole number of tiles");
     split.push_back(out[k] / in[k]);
     split.push_back(in[k]);
-    sel.src.push_back(int(2 * k + 1));
+    src.push_back(int(2 * k + 1));
   }
-  IndexStep rs;
-  rs.kind = IndexStep::Reshape;
-  rs.from = out;
-  rs.to = split;
-  sel.from = split;
-  sel.to = in;
-  return h.expr_of(n.inputs[0], h.then(h.then(m, rs), sel));
+  return h.expr_of(n.inputs[0], h.then(h.then(m, reshape_step(out, split)), select_step(split, in, std::move(src))));
 }
 
 int arg(ExprHost& h, const Node& n, size_t i, const IndexMap& m, bool as_float) {
@@ -259,8 +238,8 @@ int cast_expr(ExprHost& h, const Node& n, const IndexMap& m) {
 }  // namespace
 
 bool lowers_op(const std::string& op) {
-  return op == "Gather" || op == "Slice" || op == "Concat" || op == "Tile" || op == "Where" || op == "Cast" || kCompare.count(op) ||
-         kLogic.count(op);
+  return op == "Gather" || op == "Slice" || op == "Concat" || op == "Tile" || op == "Where" || op == "Cast" || op == "Pad" ||
+         op == "Resize" || op == "Upsample" || kCompare.count(op) || kLogic.count(op);
 }
 
 bool elementwise_op(const std::string& op) { return op == "Where" || kCompare.count(op) || kLogic.count(op); }
@@ -297,6 +276,8 @@ std::optional<int> lower_expr(ExprHost& h, const Node& n, const std::string& v, 
   if (op == "Concat") return concat_expr(h, n, m);
   if (op == "Tile") return tile_expr(h, n, m);
   if (op == "Cast") return cast_expr(h, n, m);
+  if (op == "Pad") return pad_expr(h, n, m);
+  if (op == "Resize" || op == "Upsample") return resize_expr(h, n, m);
   Expr e;
   if (op == "Where") {
     if (h.graph().type(n.inputs.at(1)).dtype != DType::Float32) h.no_lowering(n, "non-float values");

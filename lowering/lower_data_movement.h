@@ -1,8 +1,8 @@
 #pragma once
 // Data-movement, selection and conversion ops lowered to index maps and expressions
-// (lower_data_movement.cpp): Gather, Slice, Concat, Tile, Resize (nearest, integer scales),
-// Where, comparisons and logical ops, Cast between float and integer/bool types. lower.cpp calls
-// these from its expression builder; internal to lowering/.
+// (lower_data_movement.cpp): Gather, Slice, Concat, Tile, Where, comparisons and logical ops,
+// Cast between float and integer/bool types; Pad and Resize/Upsample (nearest, linear) in
+// lower_resample.cpp. lower.cpp calls these from its expression builder; internal to lowering/.
 //
 // Expressions compute in float. A value of integer/bool type may appear in an expression only
 // where float holds it exactly: a Cast from float (truncated), a comparison or logical result
@@ -23,6 +23,8 @@ struct ExprHost {
   virtual Shape shape_of(const std::string& v) = 0;
   virtual const Tensor* constant(const std::string& v) = 0;  // initializer, Constant or folded
   virtual int buffer_for(const std::string& v) = 0;
+  // A new weight buffer holding t (index or weight tables derived at lowering time).
+  virtual int weight_buffer(Tensor t) = 0;
   virtual const KBuffer& buffer(int id) const = 0;
   // True when v is computed inside the block (not a buffer read by this stage).
   virtual bool in_block(const std::string& v) const = 0;
@@ -49,6 +51,10 @@ bool moves_data(const std::string& op);
 // Node n produces a non-float value that the expression holds exactly (so it may be stored
 // into its integer/bool buffer): Cast from float, comparisons, logical ops.
 bool exact_in_float(const Graph& g, const Node& n);
+
+// Pad (any mode) and Resize/Upsample (nearest, linear) at map m (lower_resample.cpp).
+int pad_expr(ExprHost& h, const Node& n, const IndexMap& m);
+int resize_expr(ExprHost& h, const Node& n, const IndexMap& m);
 
 // Concat: the window of input i in the output (to = from + offset along the axis).
 IndexStep concat_window(const Graph& g, const Node& n, size_t i);

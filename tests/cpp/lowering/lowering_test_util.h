@@ -54,22 +54,9 @@ inline FusionPlan grouped_plan(const Graph& g, const std::vector<std::vector<std
     FusionBlock b = by_group[gid];
     b.id = int(p.blocks.size());
     b.type = b.anchor == kNoNode ? MappingType::OneToOne : MappingType::ManyToMany;
-    std::set<NodeId> mem(b.members.begin(), b.members.end());
-    for (NodeId id : b.members) {
-      for (auto& in : g.node(id).inputs) {
-        auto pr = in.empty() ? std::nullopt : g.producer(in);
-        if (!in.empty() && !(pr && mem.count(*pr)) && std::find(b.inputs.begin(), b.inputs.end(), in) == b.inputs.end())
-          b.inputs.push_back(in);
-      }
-      for (auto& o : g.node(id).outputs) {
-        bool outside = g.is_output(o);
-        for (auto& u : g.consumers(o))
-          if (!mem.count(u.node)) outside = true;
-        if (outside) b.outputs.push_back(o);
-      }
-    }
     p.blocks.push_back(b);
   }
+  fill_block_interfaces(g, p);
   check_plan(g, p);
   return p;
 }

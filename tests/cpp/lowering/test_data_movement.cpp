@@ -33,23 +33,13 @@ const Stage* stage_of_block(const KernelModule& km, int block, StageKind kind) {
   return nullptr;
 }
 
-IndexStep offset(Shape from, Shape to, std::vector<int64_t> off, std::vector<int64_t> stride = {}) {
-  IndexStep s;
-  s.kind = IndexStep::Offset;
-  s.from = std::move(from);
-  s.to = std::move(to);
-  s.off = std::move(off);
-  s.stride = std::move(stride);
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("strided offset maps: offsets and affine access with a base", "[lowering][data_movement]") {
   // Slice x[:, 16:0:-3] of a [7, 17] buffer: element (r, c) reads (r, 16 - 3c).
   IndexMap m;
   m.domain = {7, 6};
-  m.steps = {offset({7, 6}, {7, 17}, {0, 16}, {1, -3})};
+  m.steps = {offset_step({7, 6}, {7, 17}, {0, 16}, {1, -3})};
   CHECK(m.offset({0, 0}) == 16);
   CHECK(m.offset({2, 5}) == 2 * 17 + 1);
   Access a = classify_access(m, 7, 6);
@@ -60,7 +50,7 @@ TEST_CASE("strided offset maps: offsets and affine access with a base", "[loweri
   // A window [1, 3..] of a [1, 8, 5] buffer (a Concat part) viewed as 3 rows x 5: contiguous.
   IndexMap w;
   w.domain = {1, 3, 5};
-  w.steps = {offset({1, 3, 5}, {1, 8, 5}, {0, 3, 0})};
+  w.steps = {offset_step({1, 3, 5}, {1, 8, 5}, {0, 3, 0})};
   Access aw = classify_access(w, 3, 5);
   REQUIRE(aw.affine);
   CHECK(aw.base == 15);
