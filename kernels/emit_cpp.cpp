@@ -241,6 +241,7 @@ struct StageEmitter {
       body << "  a.K = " << K << "; a.depthwise = " << (G > 1 ? "true" : "false") << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false")
            << ";\n";
       body << "  a.x = " << x << "; a.y = " << y << "; a.w = static_cast<const " << packed << "*>(B[" << st.prepared << "])->w.data();\n";
+      body << "  a.threads = ctx ? ctx->threads : 1;\n";
       body << "  nnfuse::mk::conv2d_nchwc<nf::A>(a, ep, par);\n";
     } else if (st.anchor_op == "Pool") {
       body << "  nnfuse::mk::PoolNchwcArgs a;\n";

@@ -28,6 +28,7 @@ struct ConvNchwcArgs {
   bool x_blocked = true;   // input NCHW<L>c, or plain NCHW (the first conv of a blocked chain)
   const float* w = nullptr;  // packed by pack_conv_nchwc_weights
   float* y = nullptr;        // NCHW<L>c output
+  int64_t threads = 1;       // workers of the par-for: how finely to split (results never depend on it)
 };
 
 // Weights [K, Cg, KH, KW] (Cg = C, or 1 for depthwise) -> [Kb, Cg, KH, KW, L], zero padded.
@@ -93,64 +94,109 @@ struct NchwcInput {
   const float* chan(int64_t n, int64_t c) const { return x + n * sn + (blocked ? (c / L) * cstride + c % L : c * cstride); }
 };
 
-// The geometry a dense conv task walks: output pixels [p0, p0 + np) of row oh (a 1x1 / stride-1 /
-// unpadded conv is one row of OH*OW pixels over an input row of H*W).
+// The geometry a dense conv walks (a 1x1 / stride-1 / unpadded conv is one row of OH*OW pixels
+// over an input row of H*W).
 struct ConvGeom {
   int64_t H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw;
 };
 
-// OCB output channel blocks x UR pixels of accumulators, over input channels [c0, c1).
+// The 1x1 tile's channel loop: one tap per input channel, so walk the channels with pointer steps
+// (within a block: the next lane; between blocks: the next block plane) and keep the loop to the
+// FMAs. Pixel u reads at off[u] from a channel's start; OneRow: off[u] = off[0] + u * off-step,
+// computed in the loop (the offsets then need no registers of their own).
+template <class Arch, int OCB, int UR, bool OneRow>
+inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInput& in, int64_t n, int64_t c0, int64_t c1,
+                                    const float* wc, int64_t wstride, const int64_t (&off)[UR]) {
+  using V = vfloat<Arch>;
+  constexpr int64_t L = int64_t(V::size);
+  const int64_t step = UR > 1 ? off[1] - off[0] : 0;
+  for (int64_t ci = c0; ci < c1;) {
+    const int64_t cend = in.blocked ? std::min(c1, (ci / in.L + 1) * in.L) : c1;
+    const int64_t cstep = in.blocked ? 1 : in.cstride;
+    const float* xp = in.chan(n, ci) + off[0];
+    for (; ci < cend; ++ci, xp += cstep, wc += L) {
+      V wv[OCB];
+      for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride);
+      for (int u = 0; u < UR; ++u) {
+        const V xv(OneRow ? xp[u * step] : xp[off[u] - off[0]]);
+        for (int o = 0; o < OCB; ++o) acc[o][u] = xsimd::fma(xv, wv[o], acc[o][u]);
+      }
+    }
+  }
+}
+
+// OCB output channel blocks x UR consecutive pixels of the flattened output plane, from (oh, ow)
+// on (a tile may run on into the next row, so a 7- or 14-pixel row wastes no FMAs on a short
+// tile), over input channels [c0, c1).
 // Check: some taps of these pixels fall in the padding, or fewer than UR pixels (nu) remain.
 // first: start from zero (else from the partial sums in y); last: apply ep.
 template <class Arch, int OCB, int UR, bool Check, class Ep>
-inline void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, const float* w, int64_t wstride, float* y,
-                            int64_t ystride, int64_t n, int64_t row0, int64_t oh, int64_t ow, int64_t nu, int64_t c0,
-                            int64_t c1, int64_t kh_lo, int64_t kh_hi, bool first, bool last, const Ep& ep) {
+NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, const float* w, int64_t wstride, float* y,
+                            int64_t ystride, int64_t n, int64_t row0, int64_t oh, int64_t ow, int64_t nu, int64_t c0, int64_t c1,
+                            bool first, bool last, const Ep& ep) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
+  const int64_t q0 = oh * g.OW + ow;
   V acc[OCB][UR];
-  float* yp = y + (oh * g.OW + ow) * L;
+  float* yp = y + q0 * L;
   for (int o = 0; o < OCB; ++o)
     for (int u = 0; u < UR; ++u)
       acc[o][u] = (first || (Check && u >= nu)) ? V(0.f) : V::load_unaligned(yp + o * ystride + u * L);
+  // Per pixel: the input coordinate of its first tap and that tap's offset from a channel's start
+  // (pixels past nu repeat the last one; they are never stored). Only a tile that crosses a row
+  // needs the table; within a row, pixel u is u steps on.
+  const bool one_row = ow + UR <= g.OW;
+  int64_t ih0[UR], iw0[UR], off[UR];
+  auto fill = [&] {
+    for (int64_t u = 0, h = oh, c = ow; u < UR; ++u) {
+      ih0[u] = h * g.sh - g.pt, iw0[u] = c * g.sw - g.pl;
+      off[u] = ih0[u] * in.sh + iw0[u] * in.sw;
+      if (u + 1 < nu && ++c == g.OW) c = 0, ++h;
+    }
+  };
   const int64_t taps = g.KH * g.KW;
   if (!Check && taps == 1) {
     // 1x1: one tap per input channel, so walk the channels with pointer steps (within a block:
     // the next lane; between blocks: the next block plane) and keep the loop to the FMAs.
-    const int64_t ih = oh * g.sh - g.pt, iw0 = ow * g.sw - g.pl, step = g.sw * in.sw;
-    const float* wc = w + c0 * L;
-    for (int64_t ci = c0; ci < c1;) {
-      const int64_t cend = in.blocked ? std::min(c1, (ci / in.L + 1) * in.L) : c1;
-      const int64_t cstep = in.blocked ? 1 : in.cstride;
-      const float* xp = in.chan(n, ci) + ih * in.sh + iw0 * in.sw;
-      for (; ci < cend; ++ci, xp += cstep, wc += L) {
-        V wv[OCB];
-        for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride);
-        for (int u = 0; u < UR; ++u) {
-          const V xv(xp[u * step]);
-          for (int o = 0; o < OCB; ++o) acc[o][u] = xsimd::fma(xv, wv[o], acc[o][u]);
-        }
-      }
+    // Within a row pixel u reads u steps on; across a row change, at its own offset.
+    if (one_row) {
+      const int64_t base = (oh * g.sh - g.pt) * in.sh + (ow * g.sw - g.pl) * in.sw, step = g.sw * in.sw;
+      for (int u = 0; u < UR; ++u) off[u] = base + u * step;
+      conv_nchwc_1x1_channels<Arch, OCB, UR, true>(acc, in, n, c0, c1, w + c0 * L, wstride, off);
+    } else {
+      fill();
+      conv_nchwc_1x1_channels<Arch, OCB, UR, false>(acc, in, n, c0, c1, w + c0 * L, wstride, off);
     }
     c1 = c0;  // done: skip the general loop
   }
-  for (int64_t ci = c0; ci < c1; ++ci) {
-    const float* xc = in.chan(n, ci);
-    const float* wc = w + ci * taps * L;
-    for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
-      const float* xr = xc + (oh * g.sh - g.pt + kh * g.dh) * in.sh;
-      for (int64_t kw = 0; kw < g.KW; ++kw) {
-        V wv[OCB];
-        for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride + (kh * g.KW + kw) * L);
-        const int64_t iw0 = ow * g.sw - g.pl + kw * g.dw;
-        for (int u = 0; u < UR; ++u) {
-          const int64_t iw = iw0 + u * g.sw;
-          // Taps in the padding (and pixels past nu) read a zero instead of branching, so the
-          // accumulators stay in registers on the border path too.
-          const float* xp = xr + iw * in.sw;
-          if constexpr (Check) xp = (u < nu && iw >= 0 && iw < g.W) ? xp : kZeros;
-          const V xv(*xp);
-          for (int o = 0; o < OCB; ++o) acc[o][u] = xsimd::fma(xv, wv[o], acc[o][u]);
+  if (c0 < c1) {
+    fill();
+    // Kernel rows inside the input for at least one pixel: from the last row's first to the first
+    // row's last (both bounds fall as the output row grows).
+    int64_t kh_lo, kh_hi, unused;
+    kh_range(one_row ? oh : (q0 + nu - 1) / g.OW, g.sh, g.pt, g.dh, g.KH, g.H, kh_lo, unused);
+    kh_range(oh, g.sh, g.pt, g.dh, g.KH, g.H, unused, kh_hi);
+    for (int64_t ci = c0; ci < c1; ++ci) {
+      const float* xc = in.chan(n, ci);
+      const float* wc = w + ci * taps * L;
+      for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          V wv[OCB];
+          for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride + (kh * g.KW + kw) * L);
+          const int64_t toff = kh * g.dh * in.sh + kw * g.dw * in.sw;
+          for (int u = 0; u < UR; ++u) {
+            if constexpr (Check)
+              if (u >= nu) break;  // a short tile does no work for its missing pixels
+            const float* xp = xc + off[u] + toff;
+            // Taps in the padding read a zero instead of branching, so the accumulators stay in
+            // registers on the border path too.
+            if constexpr (Check) {
+              const int64_t ih = ih0[u] + kh * g.dh, iw = iw0[u] + kw * g.dw;
+              xp = (uint64_t(ih) < uint64_t(g.H) && uint64_t(iw) < uint64_t(g.W)) ? xp : kZeros;
+            }
+            const V xv(*xp);
+            for (int o = 0; o < OCB; ++o) acc[o][u] = xsimd::fma(xv, wv[o], acc[o][u]);
+          }
         }
       }
     }
@@ -158,7 +204,7 @@ inline void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, const float
   for (int o = 0; o < OCB; ++o)
     for (int u = 0; u < UR; ++u) {
       if (Check && u >= nu) break;
-      const V r = last ? ep(acc[o][u], row0 + o, (oh * g.OW + ow + u) * L) : acc[o][u];
+      const V r = last ? ep(acc[o][u], row0 + o, (q0 + u) * L) : acc[o][u];
       r.store_unaligned(yp + o * ystride + u * L);
     }
 }
@@ -172,29 +218,44 @@ constexpr int conv_nchwc_ur() {
   return ur > 14 ? 14 : ur;
 }
 
-// One task: output blocks [kb0, kb0 + OCB) of image n, pixels [p0, p1) of row oh.
+// Whether every tap of output pixel (oh, ow) reads inside the input (no padding).
+inline bool conv_pixel_interior(const ConvGeom& g, int64_t oh, int64_t ow) {
+  const int64_t ih = oh * g.sh - g.pt, iw = ow * g.sw - g.pl;
+  return ih >= 0 && ih + (g.KH - 1) * g.dh < g.H && iw >= 0 && iw + (g.KW - 1) * g.dw < g.W;
+}
+
+// One task: output blocks [kb0, kb0 + OCB) of image n, pixels [q0, q1) of the flattened plane. The
+// input-channel chunk is the outer loop, so its weight panel comes from memory once per task and
+// from L2 for every tile after the first.
 template <class Arch, int OCB, class Ep>
 inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cchunk, int64_t n,
-                            int64_t kb0, int64_t oh, int64_t p0, int64_t p1, const Ep& ep) {
+                            int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
   constexpr int UR = conv_nchwc_ur<Arch, OCB>();
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   const int64_t Kb = nchwc_blocks(a.K, L), taps = g.KH * g.KW;
   const int64_t wstride = a.C * taps * L, ystride = g.OH * g.OW * L;
   const float* w = a.w + kb0 * wstride;
   float* y = a.y + (n * Kb + kb0) * ystride;
-  int64_t kh_lo, kh_hi;
-  kh_range(oh, g.sh, g.pt, g.dh, g.KH, g.H, kh_lo, kh_hi);
   for (int64_t c0 = 0; c0 < a.C; c0 += cchunk) {
     const int64_t c1 = std::min(a.C, c0 + cchunk);
     const bool first = c0 == 0, last = c1 == a.C;
-    for_row_tiles<UR>(p0, p1, g.W, g.sw, g.pl, g.KW, g.dw, [&](int64_t ow, int64_t nu, bool interior) {
-      if (interior)
-        conv_nchwc_tile<Arch, OCB, UR, false>(g, in, w, wstride, y, ystride, n, n * Kb + kb0, oh, ow, nu, c0, c1, kh_lo, kh_hi,
-                                              first, last, ep);
+    for (int64_t q = q0, oh = q0 / g.OW, ow = q0 % g.OW; q < q1; q += UR) {
+      const int64_t nu = std::min<int64_t>(UR, q1 - q);
+      // Interior: UR pixels whose taps all lie inside the input (the first and last pixel decide
+      // within a row).
+      bool interior = nu == UR;
+      if (interior && ow + UR <= g.OW)
+        interior = conv_pixel_interior(g, oh, ow) && conv_pixel_interior(g, oh, ow + UR - 1);
       else
-        conv_nchwc_tile<Arch, OCB, UR, true>(g, in, w, wstride, y, ystride, n, n * Kb + kb0, oh, ow, nu, c0, c1, kh_lo, kh_hi,
-                                             first, last, ep);
-    });
+        for (int64_t u = 0, h = oh, c = ow; interior && u < UR; ++u, c = c + 1 == g.OW ? 0 : c + 1, h += c == 0)
+          interior = conv_pixel_interior(g, h, c);
+      if (interior)
+        conv_nchwc_tile<Arch, OCB, UR, false>(g, in, w, wstride, y, ystride, n, n * Kb + kb0, oh, ow, nu, c0, c1, first, last, ep);
+      else
+        conv_nchwc_tile<Arch, OCB, UR, true>(g, in, w, wstride, y, ystride, n, n * Kb + kb0, oh, ow, nu, c0, c1, first, last, ep);
+      ow += UR;
+      if (ow >= g.OW) oh += ow / g.OW, ow %= g.OW;
+    }
   }
 }
 
@@ -202,6 +263,7 @@ template <class Arch, class Ep, class ParFor>
 void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   constexpr int OCBMAX = vfloat<Arch>::size == 8 ? 2 : 4;
+  constexpr int64_t UR = conv_nchwc_ur<Arch, OCBMAX>();
   const int64_t Kb = nchwc_blocks(a.K, L);
   ConvGeom g{a.H, a.W, a.OH, a.OW, a.KH, a.KW, a.stride_h, a.stride_w, a.pad_top, a.pad_left, a.dil_h, a.dil_w};
   const bool flat = a.KH == 1 && a.KW == 1 && a.stride_h == 1 && a.stride_w == 1 && a.pad_top == 0 && a.pad_left == 0 &&
@@ -211,19 +273,23 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   // Input channels per pass: the weight panel (OCB blocks) stays within ~128 KiB (L2), partial
   // sums go through y between passes (never split across tasks: results do not depend on par).
   const int64_t cchunk = std::max<int64_t>(1, 32768 / (OCBMAX * L * g.KH * g.KW));
-  // Pixel segments: whole rows, or chunks of the flattened plane (enough tasks for the pool).
-  const int64_t seg = flat ? std::max<int64_t>(int64_t(conv_nchwc_ur<Arch, OCBMAX>()) * 4, 1) : g.OW;
-  const int64_t nseg = ceil_div(g.OW, seg), kgroups = ceil_div(Kb, int64_t(OCBMAX));
-  const int64_t tasks = a.N * kgroups * g.OH * nseg;
+  // Pixels per task, a multiple of UR: few enough that the task's partial sums (OCB blocks) stay
+  // within ~64 KiB, where the next chunk finds them; many enough that a task streams its weight
+  // panel for as many pixels as it can while every worker still gets ~4 tasks.
+  const int64_t P = g.OH * g.OW, kgroups = ceil_div(Kb, int64_t(OCBMAX));
+  const int64_t qmax = std::max<int64_t>(UR, 16384 / (OCBMAX * L) / UR * UR);
+  const int64_t want = 4 * std::max<int64_t>(1, a.threads), nseg_want = std::max<int64_t>(1, ceil_div(want, a.N * kgroups));
+  const int64_t qseg = std::min(qmax, ceil_div(ceil_div(P, nseg_want), UR) * UR), nseg = ceil_div(P, qseg);
+  const int64_t tasks = a.N * kgroups * nseg;
   par(tasks, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t s = t % nseg, oh = (t / nseg) % g.OH, kg = (t / (nseg * g.OH)) % kgroups, n = t / (nseg * g.OH * kgroups);
-      const int64_t kb0 = kg * OCBMAX, p0 = s * seg, p1 = std::min(g.OW, p0 + seg);
+      const int64_t s = t % nseg, kg = (t / nseg) % kgroups, n = t / (nseg * kgroups);
+      const int64_t kb0 = kg * OCBMAX, q0 = s * qseg, q1 = std::min(P, q0 + qseg);
       switch (std::min<int64_t>(OCBMAX, Kb - kb0)) {
-        case 4: if constexpr (OCBMAX >= 4) conv_nchwc_task<Arch, 4>(a, g, in, cchunk, n, kb0, oh, p0, p1, ep); break;
-        case 3: if constexpr (OCBMAX >= 3) conv_nchwc_task<Arch, 3>(a, g, in, cchunk, n, kb0, oh, p0, p1, ep); break;
-        case 2: conv_nchwc_task<Arch, 2>(a, g, in, cchunk, n, kb0, oh, p0, p1, ep); break;
-        default: conv_nchwc_task<Arch, 1>(a, g, in, cchunk, n, kb0, oh, p0, p1, ep); break;
+        case 4: if constexpr (OCBMAX >= 4) conv_nchwc_task<Arch, 4>(a, g, in, cchunk, n, kb0, q0, q1, ep); break;
+        case 3: if constexpr (OCBMAX >= 3) conv_nchwc_task<Arch, 3>(a, g, in, cchunk, n, kb0, q0, q1, ep); break;
+        case 2: conv_nchwc_task<Arch, 2>(a, g, in, cchunk, n, kb0, q0, q1, ep); break;
+        default: conv_nchwc_task<Arch, 1>(a, g, in, cchunk, n, kb0, q0, q1, ep); break;
       }
     }
   });

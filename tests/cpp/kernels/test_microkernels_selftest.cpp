@@ -278,7 +278,8 @@ void nchwc_cases(Checker& ck) {
               C{1, 7, 9, 9, 7, 3, 3, 1, 1, 1, true, true}, C{1, 20, 13, 12, 20, 5, 5, 2, 2, 2, true, true},
               C{1, 33, 5, 7, 40, 1, 1, 1, 0, 1, false, true}, C{1, 5, 1, 129, 17, 1, 3, 1, 1, 1, false, true},
               C{1, 240, 4, 5, 9, 3, 3, 1, 1, 1, false, true}, C{1, 1, 17, 1, 1, 3, 1, 1, 1, 1, false, false},
-              C{1, 600, 2, 3, 3, 1, 1, 1, 0, 1, false, true}}) {
+              C{1, 600, 2, 3, 3, 1, 1, 1, 0, 1, false, true}, C{1, 600, 5, 6, 20, 1, 1, 2, 0, 1, false, true},
+              C{2, 130, 7, 7, 70, 3, 3, 1, 1, 1, false, true}}) {
     const int64_t OH = (c.H + 2 * c.p - (c.KH - 1) * c.d - 1) / c.s + 1, OW = (c.W + 2 * c.p - (c.KW - 1) * c.d - 1) / c.s + 1;
     const int64_t Cg = c.dw ? 1 : c.C, Kb = mk::nchwc_blocks(c.K, L);
     auto x = rnd(size_t(c.N * c.C * c.H * c.W), 31), w = rnd(size_t(c.K * Cg * c.KH * c.KW), 32), bias = rnd(size_t(c.K), 33);
@@ -293,11 +294,14 @@ void nchwc_cases(Checker& ck) {
     a.N = c.N, a.C = c.C, a.H = c.H, a.W = c.W, a.K = c.K, a.OH = OH, a.OW = OW, a.KH = c.KH, a.KW = c.KW;
     a.stride_h = a.stride_w = c.s, a.pad_top = a.pad_left = c.p, a.dil_h = a.dil_w = c.d, a.depthwise = c.dw;
     a.x = xb.data(), a.x_blocked = c.xblk, a.w = pw.w.data();
-    std::vector<float> out[2];
-    for (int par = 0; par < 2; ++par) {
+    // Serial; a two-thread par-for; and serial again with a.threads = 7 (which splits rows into
+    // more tasks): the same result every time.
+    std::vector<float> out[3];
+    for (int par = 0; par < 3; ++par) {
       std::vector<float> yb(size_t(c.N * Kb * OH * OW * L));
       a.y = yb.data();
-      if (par) mk::conv2d_nchwc<Arch>(a, BlockedBiasRelu<Arch>{bpad.data(), Kb}, Two{});
+      a.threads = par == 0 ? 1 : par == 1 ? 2 : 7;
+      if (par == 1) mk::conv2d_nchwc<Arch>(a, BlockedBiasRelu<Arch>{bpad.data(), Kb}, Two{});
       else mk::conv2d_nchwc<Arch>(a, BlockedBiasRelu<Arch>{bpad.data(), Kb});
       out[par].resize(want.size());
       mk::nchwc_to_nchw(yb.data(), c.N, c.K, OH * OW, L, out[par].data());
@@ -306,6 +310,7 @@ void nchwc_cases(Checker& ck) {
                        std::to_string(c.KW) + (c.dw ? " depthwise" : "") + (c.xblk ? "" : " plain-input");
     ck.close(what.c_str(), out[0], want);
     ck.same(what.c_str(), out[0], out[1]);
+    ck.same(what.c_str(), out[0], out[2]);
   }
   // Pooling: max 3x3/2 pad 1, average with and without count_include_pad, global average.
   struct P { int64_t C, H, W, KH, KW, s, p; bool mx, cip; };
