@@ -9,7 +9,9 @@ $NNFUSE_CACHE_DIR), then timed by `nnfuse run DIR --runs N --threads T` (median 
 a warm-up run) and by onnxruntime with intra_op_num_threads = T (median over N runs after one
 warm-up), alternating so that both see the same machine load. ONNX Runtime runs in a child
 process of this script (`--ort-child`) so that each side's peak RSS is its own (os.wait4); both
-peaks include the weights, the runtime and the Python/CLI process itself.
+peaks include the weights, the runtime and the Python/CLI process itself. Each side also reports
+its process CPU time per run (user + system, all threads): on a machine shared with other work a
+single-threaded run's CPU time moves much less with the load than its wall time.
 
 Usage: python3 bench/host_vs_ort.py [--cli build/bindings/nnfuse] [--models resnet50,mobilenetv2,...]
                                     [--threads 1,2] [--runs 10] [--workdir DIR]
@@ -75,12 +77,13 @@ def ort_child(model, inputs, threads, runs):
     sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     feeds = {k: np.load(f) for k, f in (kv.split("=", 1) for kv in inputs)}
     sess.run(None, feeds)
-    ms = []
+    ms, cpu = [], []
     for _ in range(runs):
-        s = time.perf_counter()
+        s, c = time.perf_counter(), time.process_time()
         sess.run(None, feeds)
         ms.append((time.perf_counter() - s) * 1e3)
-    print(json.dumps({"ms": ms}))
+        cpu.append((time.process_time() - c) * 1e3)
+    print(json.dumps({"ms": ms, "cpu_ms": cpu}))
 
 
 def main():
@@ -120,29 +123,33 @@ def main():
                                                   str(a.runs)] + [f"--input={x}" for x in in_args[1::2]])
             if rc != 0:
                 raise SystemExit(f"onnxruntime on {name} failed: {err.strip()[-2000:]}")
-            ort_ms = json.loads(out)["ms"]
+            ort_out = json.loads(out)
+            ort_ms, ort_cpu = ort_out["ms"], ort_out["cpu_ms"]
             j, nnf_rss = cli(a.cli, "run", art, *in_args, "--threads", t, "--runs", a.runs + 1, rss=True)
             nnf = j["latency_ms"]["median"]
             orm = float(np.median(ort_ms))
             rows.append(dict(model=name, threads=t, nnfuse_ms=nnf, ort_ms=orm, ratio=nnf / orm,
                              nnfuse_min=j["latency_ms"]["min"], ort_min=float(np.min(ort_ms)),
+                             nnfuse_cpu=j["cpu_ms"]["median"], ort_cpu=float(np.median(ort_cpu)),
                              kernels=mem["blocks"], fallback=mem["fallback_blocks"],
                              peak_mib=mem["peak_activation_bytes"] / 2**20, naive_mib=mem["naive_activation_bytes"] / 2**20,
                              nnfuse_rss_mib=nnf_rss, ort_rss_mib=ort_rss, compile_s=compile_s))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print("| model | threads | nnfuse median (min) ms | ORT median (min) ms | nnfuse/ORT median (min) | kernels (fallback) "
-          "| activations planned / unplanned MiB | peak RSS nnfuse / ORT MiB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | threads | nnfuse median (min) ms | ORT median (min) ms | nnfuse/ORT median (min) | CPU ms per run nnfuse / ORT (ratio) "
+          "| kernels (fallback) | activations planned / unplanned MiB | peak RSS nnfuse / ORT MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['threads']} | {r['nnfuse_ms']:.2f} ({r['nnfuse_min']:.2f}) | {r['ort_ms']:.2f} ({r['ort_min']:.2f}) | "
               f"{r['ratio']:.2f} ({r['nnfuse_min'] / r['ort_min']:.2f}) | "
+              f"{r['nnfuse_cpu']:.2f} / {r['ort_cpu']:.2f} ({r['nnfuse_cpu'] / r['ort_cpu']:.2f}) | "
               f"{r['kernels']} ({r['fallback']}) | {r['peak_mib']:.1f} / {r['naive_mib']:.1f} | "
               f"{r['nnfuse_rss_mib']:.0f} / {r['ort_rss_mib']:.0f} |")
+    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))
     for t in sorted({r["threads"] for r in rows}):
-        rs = [r["ratio"] for r in rows if r["threads"] == t]
-        rm = [r["nnfuse_min"] / r["ort_min"] for r in rows if r["threads"] == t]
-        print(f"\ngeomean nnfuse/ORT at {t} thread(s): median {math.exp(sum(map(math.log, rs)) / len(rs)):.2f}, "
-              f"min {math.exp(sum(map(math.log, rm)) / len(rm)):.2f}")
+        sel = [r for r in rows if r["threads"] == t]
+        print(f"\ngeomean nnfuse/ORT at {t} thread(s): median {geo([r['ratio'] for r in sel]):.2f}, "
+              f"min {geo([r['nnfuse_min'] / r['ort_min'] for r in sel]):.2f}, "
+              f"CPU per run {geo([r['nnfuse_cpu'] / r['ort_cpu'] for r in sel]):.2f}")
 
 
 if __name__ == "__main__":

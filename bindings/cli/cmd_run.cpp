@@ -1,6 +1,5 @@
-// nnfuse run MODEL: run a model on given (.npy) or random inputs and report outputs and latency.
-// This issue supports --target reference (the interpreter) and --pipeline none; the compiled
-// targets and the optimize pipelines plug in here when they land.
+// nnfuse run MODEL: run a model on given (.npy) or random inputs and report outputs and latency,
+// on the reference interpreter or compiled for a CPU target (or from a compiled artifact).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,6 +8,8 @@
 #include <limits>
 #include <optional>
 #include <set>
+
+#include <sys/resource.h>
 
 #include "api/compile.h"
 #include "api/optimize.h"
@@ -92,6 +93,13 @@ std::vector<Feed> load_feeds(const ParsedArgs& args, Graph& g) {
 struct Timing {
   double median = 0, min = 0;
 };
+
+// User + system CPU time of this process so far, all threads.
+double process_cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3) + double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-3;
+}
 
 Timing summarize(std::vector<double> ms) {
   std::sort(ms.begin(), ms.end());
@@ -192,19 +200,23 @@ int run_run(const ParsedArgs& args) {
   std::optional<Interpreter> interp;
   if (!exe) interp.emplace(g);
   TensorMap result;
-  std::vector<double> times;
+  // Per run: wall time, and the process's CPU time (all threads). On a machine shared with other
+  // work the wall time swings with the load; single-threaded, the CPU time does much less.
+  std::vector<double> times, cpu_times;
   for (int64_t r = 0; r < runs; ++r) {
+    const double c0 = process_cpu_ms();
     auto t0 = std::chrono::steady_clock::now();
     result = exe ? exe->run(feed_map) : opt && opt->plan ? run_plan_reference(g, *opt->plan, feed_map) : interp->run(feed_map);
     auto t1 = std::chrono::steady_clock::now();
     times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    cpu_times.push_back(process_cpu_ms() - c0);
   }
   json profile = json::array();
   if (args.has("--profile")) {
     if (!exe) throw UsageError("--profile needs a compiled target (--target host, ...); the reference interpreter has no kernels to time", args.spec->usage_line());
     profile = exe->profile(feed_map);
   }
-  Timing timing = summarize(times);
+  Timing timing = summarize(times), cpu_timing = summarize(cpu_times);
   for (auto& [name, file] : files) save_npy(result.at(name), file);
 
   if (args.json()) {
@@ -240,6 +252,7 @@ int run_run(const ParsedArgs& args) {
     j["outputs"] = outs;
     j["runs"] = runs;
     j["latency_ms"] = {{"median", timing.median}, {"min", timing.min}};
+    j["cpu_ms"] = {{"median", cpu_timing.median}, {"min", cpu_timing.min}};
     print_json(j);
     return 0;
   }
@@ -256,7 +269,7 @@ int run_run(const ParsedArgs& args) {
     std::cout << "\n";
   }
   std::cout << "latency: median " << human_ms(timing.median) << ", min " << human_ms(timing.min) << " over " << runs
-            << " run" << (runs > 1 ? "s" : "");
+            << " run" << (runs > 1 ? "s" : "") << "; CPU time per run: median " << human_ms(cpu_timing.median);
   if (exe) {
     json info = exe->info();
     std::cout << " (" << info.value("target", target) << ", " << info.value("threads", 1) << " thread"

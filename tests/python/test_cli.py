@@ -308,6 +308,9 @@ def test_run_latency_and_threads(twoin):
     assert j["runs"] == 5 and j["threads"] == 4
     lat = j["latency_ms"]
     assert 0 <= lat["min"] <= lat["median"]
+    # CPU time per run (the process, all threads): as many runs, and a run costs some CPU.
+    cpu = j["cpu_ms"]
+    assert 0 <= cpu["min"] <= cpu["median"]
 
 
 def test_run_text_output(twoin):
