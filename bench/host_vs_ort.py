@@ -130,7 +130,7 @@ def main():
             orm = float(np.median(ort_ms))
             rows.append(dict(model=name, threads=t, nnfuse_ms=nnf, ort_ms=orm, ratio=nnf / orm,
                              nnfuse_min=j["latency_ms"]["min"], ort_min=float(np.min(ort_ms)),
-                             nnfuse_cpu=j["cpu_ms"]["median"], ort_cpu=float(np.median(ort_cpu)),
+                             nnfuse_cpu=j.get("cpu_ms", {}).get("median", math.nan), ort_cpu=float(np.median(ort_cpu)),
                              kernels=mem["blocks"], fallback=mem["fallback_blocks"],
                              peak_mib=mem["peak_activation_bytes"] / 2**20, naive_mib=mem["naive_activation_bytes"] / 2**20,
                              nnfuse_rss_mib=nnf_rss, ort_rss_mib=ort_rss, compile_s=compile_s))
