@@ -19,36 +19,56 @@ const char* mapping_type_colour(MappingType m) {
 }
 
 nlohmann::json plan_to_json(const Graph& g, const FusionPlan& plan) {
+  // Built by assigning keys rather than from nested initializer lists: nlohmann copies every
+  // element of an initializer list, which made this report a sizeable share of a small model's
+  // optimize call (the JSON is the same; objects keep their keys sorted either way).
   using nlohmann::json;
   json blocks = json::array();
+  auto& block_list = blocks.get_ref<json::array_t&>();
+  block_list.reserve(plan.blocks.size());
+  // A node's mapping type needs a schema lookup; recomputed nodes appear in several blocks.
+  std::unordered_map<NodeId, const char*> mapping_names;
   for (auto& b : plan.blocks) {
     json members = json::array();
+    auto& member_list = members.get_ref<json::array_t&>();
+    member_list.reserve(b.reasons.size());
     for (auto& r : b.reasons) {
       const Node& n = g.node(r.node);
-      json m = {{"name", n.label()}, {"op", n.op_type}, {"mapping_type", mapping_type_name(node_mapping_type(g, r.node))},
-                {"joined_by", r.cell}, {"decision", r.decision}};
+      auto [it, fresh] = mapping_names.try_emplace(r.node, nullptr);
+      if (fresh) it->second = mapping_type_name(node_mapping_type(g, r.node));
+      json& m = member_list.emplace_back(json::object());
+      m["name"] = n.label();
+      m["op"] = n.op_type;
+      m["mapping_type"] = it->second;
+      m["joined_by"] = r.cell;
+      m["decision"] = r.decision;
       if (r.partner != kNoNode) m["with"] = g.node(r.partner).label();
-      members.push_back(m);
     }
-    json blk = {{"id", b.id}, {"mapping_type", mapping_type_name(b.type)}, {"members", members},
-                {"inputs", b.inputs}, {"outputs", b.outputs}};
+    json& blk = block_list.emplace_back(json::object());
+    blk["id"] = b.id;
+    blk["mapping_type"] = mapping_type_name(b.type);
+    blk["members"] = std::move(members);
+    blk["inputs"] = b.inputs;
+    blk["outputs"] = b.outputs;
     blk["anchor"] = b.anchor == kNoNode ? json(nullptr) : json(g.node(b.anchor).label());
-    blocks.push_back(blk);
   }
   const PlanStats& s = plan.stats;
-  return {{"kernels", plan.kernels()},
-          {"blocks", blocks},
-          {"fusion_stats",
-           {{"target", plan.target},
-            {"undecided_pairs", s.undecided_pairs},
-            {"settled_by_cost_model", s.settled_by_cost_model},
-            {"settled_by_profile", s.settled_by_profile},
-            {"settled_from_cache", s.settled_from_cache},
-            {"rejected_for_cycle", s.rejected_for_cycle},
-            {"rejected_for_budget", s.rejected_for_budget},
-            {"recomputed_chains", s.recomputed_chains},
-            {"recomputed_copies", s.recomputed_copies},
-            {"ms", s.ms}}}};
+  json stats = json::object();
+  stats["target"] = plan.target;
+  stats["undecided_pairs"] = s.undecided_pairs;
+  stats["settled_by_cost_model"] = s.settled_by_cost_model;
+  stats["settled_by_profile"] = s.settled_by_profile;
+  stats["settled_from_cache"] = s.settled_from_cache;
+  stats["rejected_for_cycle"] = s.rejected_for_cycle;
+  stats["rejected_for_budget"] = s.rejected_for_budget;
+  stats["recomputed_chains"] = s.recomputed_chains;
+  stats["recomputed_copies"] = s.recomputed_copies;
+  stats["ms"] = s.ms;
+  json out = json::object();
+  out["kernels"] = plan.kernels();
+  out["blocks"] = std::move(blocks);
+  out["fusion_stats"] = std::move(stats);
+  return out;
 }
 
 static std::string dot_escape(const std::string& s) {

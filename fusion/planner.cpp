@@ -4,6 +4,7 @@
 #include <chrono>
 #include <set>
 #include <unordered_map>
+#include <string_view>
 #include <unordered_set>
 
 #include "fusion/recompute.h"
@@ -50,8 +51,10 @@ class Planner {
     for (NodeId id : topo) max_id = std::max(max_id, id);
     vertex_of_.assign(size_t(max_id) + 1, -1);
     node_pos_.assign(size_t(max_id) + 1, -1);
+    fusable_.assign(size_t(max_id) + 1, 0);
     for (NodeId id : topo) {
       const Node& n = g_.node(id);
+      fusable_[id] = t_.can_fuse_op(n.op_type);
       node_pos_[id] = int(node_pos_.size());  // placeholder, fixed below
       if (is_constant_node(n)) {
         plan.constants.push_back(id);
@@ -87,7 +90,7 @@ class Planner {
     // it best) even when the second, bigger one seeds first.
     for (NodeId s : anchor_seeds) seed(s, /*with_producers=*/false);
     for (NodeId s : anchor_seeds)
-      if (t_.can_fuse_op(g_.node(s).op_type)) grow(vertex_of_[s], true);  // an anchor's vertex survives its merges
+      if (fusable_[s]) grow(vertex_of_[s], true);  // an anchor's vertex survives its merges
     for (NodeId s : other_seeds) seed(s, true);
     if (opt_.profile && cache_) cache_->save();
 
@@ -127,6 +130,7 @@ class Planner {
   std::vector<Vertex> vs_;
   std::vector<int> vertex_of_;  // node id -> vertex (-1: Constant / absent)
   std::vector<int> node_pos_;   // node id -> topological position
+  std::vector<char> fusable_;   // node id -> t_.can_fuse_op(its op), looked up once (a set of strings)
   std::vector<int> order_;      // vertices in a topological order of the contracted graph; -1 = dead slot
   std::vector<int> pos_;        // vertex -> index in order_
   std::unordered_map<NodeId, MappingType> mtype_;
@@ -194,16 +198,22 @@ class Planner {
 
   // Distinct values read from outside after adding `cand` to vertex v.
   int inputs_after(int v, NodeId cand) const {
-    std::set<std::string> produced, read;
+    // Distinct values the members and `cand` read that none of them produces. Views of the
+    // graph's names in sorted vectors: this runs for every candidate pair, and std::set<std::string>
+    // copies of every name were a large part of planning a small graph.
+    std::vector<std::string_view> produced, read;
     auto add = [&](NodeId m) {
       const Node& n = g_.node(m);
-      for (auto& o : n.outputs) if (!o.empty()) produced.insert(o);
-      for (auto& i : n.inputs) if (!i.empty()) read.insert(i);
+      for (auto& o : n.outputs) if (!o.empty()) produced.push_back(o);
+      for (auto& i : n.inputs) if (!i.empty()) read.push_back(i);
     };
     for (NodeId m : vs_[size_t(v)].members) add(m);
     add(cand);
+    std::sort(produced.begin(), produced.end());
+    std::sort(read.begin(), read.end());
+    read.erase(std::unique(read.begin(), read.end()), read.end());
     int n = 0;
-    for (auto& r : read) n += !produced.count(r);
+    for (auto r : read) n += !std::binary_search(produced.begin(), produced.end(), r);
     return n;
   }
 
@@ -252,7 +262,7 @@ class Planner {
     int v = vertex_of_[s];
     if (vs_[size_t(v)].claimed) return;
     vs_[size_t(v)].claimed = true;
-    if (t_.can_fuse_op(g_.node(s).op_type)) grow(v, with_producers);
+    if (fusable_[s]) grow(v, with_producers);
   }
 
   void grow(int v, bool with_producers) {
@@ -263,11 +273,10 @@ class Planner {
       for (NodeId m : members) {
         for (auto& o : g_.node(m).outputs) {
           if (o.empty()) continue;
-          std::vector<Use> uses = g_.consumers(o);
-          for (auto& u : uses) {
+          for (const Use& u : g_.consumers(o)) {  // the graph is not edited while planning
             int w = vertex_of_[u.node];
             if (w < 0 || w == v || vs_[size_t(w)].claimed) continue;
-            if (!t_.can_fuse_op(g_.node(u.node).op_type)) continue;
+            if (!fusable_[u.node]) continue;
             const FusionCell& cell = fusion_cell(vs_[size_t(v)].type, mtype_[u.node]);
             if (!cell.fusable()) continue;
             std::string why = decide(cell, m, u.node);
@@ -290,7 +299,7 @@ class Planner {
           if (!p) continue;
           int w = vertex_of_[*p];
           if (w < 0 || w == v || vs_[size_t(w)].claimed) continue;
-          if (!t_.can_fuse_op(g_.node(*p).op_type)) continue;
+          if (!fusable_[*p]) continue;
           const FusionCell& cell = fusion_cell(mtype_[*p], vs_[size_t(v)].type);
           if (!cell.fusable()) continue;
           // A prologue on an anchor's input runs once per reuse of each element: only cheap

@@ -6,8 +6,10 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
+#include "graph/bgl.h"
 #include "graph/shape_inference.h"
 
 namespace nnfuse {
@@ -209,16 +211,9 @@ struct Hasher {
   }
   void u64(uint64_t v) { h = mix(h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2))); }
   void bytes(const void* p, size_t n) {
-    auto* c = static_cast<const unsigned char*>(p);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, c + i, 8);
-      u64(w);
-    }
-    uint64_t tail = 0;
-    std::memcpy(&tail, c + i, n - i);
-    u64(tail ^ (uint64_t(n) << 56));
+    // Contents (small weights, float attributes) in one call of the library's string hash, which
+    // is cheaper per byte than mixing every word into the running state.
+    u64(std::hash<std::string_view>{}(std::string_view(static_cast<const char*>(p), n)) ^ (uint64_t(n) << 56));
   }
   void str(const std::string& s) { u64(std::hash<std::string>{}(s)); }
   void tensor(const Tensor& t) {
@@ -230,21 +225,67 @@ struct Hasher {
     else u64(reinterpret_cast<uintptr_t>(t.raw()));
   }
 };
+
+// Value names -> small ids in order of first appearance, so that the hash does not depend on the
+// names a pass invents. Open addressing over views of the graph's own strings (alive for the
+// whole hash): the manager hashes around every pass, and a std::unordered_map<std::string, ...>
+// here allocated a node and copied the name for every value of the graph, every time.
+class FirstSeenIds {
+ public:
+  explicit FirstSeenIds(size_t expected) {
+    size_t cap = 64;
+    while (cap < expected * 2) cap <<= 1;
+    slots_.resize(cap);
+  }
+  uint64_t id(std::string_view v) {
+    if (v.empty()) return ~0ull;
+    const size_t h = std::hash<std::string_view>{}(v);
+    for (size_t mask = slots_.size() - 1, i = h & mask;; i = (i + 1) & mask) {
+      Slot& s = slots_[i];
+      if (s.id == kEmpty) {
+        if ((count_ + 1) * 2 > slots_.size()) {
+          grow();
+          return id(v);
+        }
+        s = {v, h, count_++};
+        return s.id;
+      }
+      if (s.hash == h && s.name == v) return s.id;
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ull;
+  struct Slot {
+    std::string_view name;
+    size_t hash = 0;
+    uint64_t id = kEmpty;
+  };
+  std::vector<Slot> slots_;
+  uint64_t count_ = 0;
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    const size_t mask = slots_.size() - 1;
+    for (Slot& s : old) {
+      if (s.id == kEmpty) continue;
+      size_t i = s.hash & mask;
+      while (slots_[i].id != kEmpty) i = (i + 1) & mask;
+      slots_[i] = s;
+    }
+  }
+};
 }  // namespace
 
 uint64_t structural_hash(const Graph& g) {
   Hasher H;
-  std::unordered_map<std::string, uint64_t> id;
-  id.reserve(g.num_nodes() * 2 + g.inputs().size() + 16);
-  auto value_id = [&](const std::string& v) -> uint64_t {
-    if (v.empty()) return ~0ull;
-    auto [it, ins] = id.emplace(v, id.size());
-    return it->second;
-  };
+  const GraphImpl& impl = g.impl();
+  FirstSeenIds ids(impl.values.size() + g.inputs().size() + 16);
+  auto value_id = [&](const std::string& v) { return ids.id(v); };
   for (auto& i : g.inputs()) H.u64(value_id(i));
-  for (auto& w : g.initializer_names()) {
+  for (auto& [w, t] : impl.initializers) {  // sorted by name, as initializer_names()
     H.u64(value_id(w));
-    H.tensor(g.initializer(w));
+    H.tensor(t);
   }
   for (NodeId n : g.topo_order()) {
     const Node& node = g.node(n);

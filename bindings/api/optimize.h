@@ -28,8 +28,8 @@ struct OptimizeResult {
   Classification classification;
   Pipeline pipeline;
   std::vector<PassRecord> passes;
-  std::optional<FusionPlan> plan;     // absent when the pipeline does no fusion planning
-  Graph rewritten;                    // the graph after rewriting, before fusion (what the plan refers to)
+  std::optional<FusionPlan> plan;     // absent when the pipeline does no fusion planning; it refers
+                                      // to the optimized model's graph (the graph after rewriting)
   nlohmann::json report;              // the optimize report
 };
 

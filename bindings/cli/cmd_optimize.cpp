@@ -32,7 +32,7 @@ int run_optimize(const ParsedArgs& args) {
   o.verify = args.has("--verify");
   target_by_name(o.target);  // an unknown target fails before any work
   OptimizeResult r = optimize(m, o);
-  nlohmann::json rep = r.report;
+  nlohmann::json& rep = r.report;
   rep["model"] = path;
   if (args.has("--export-rewritten")) {
     save_model(m, args.get("--export-rewritten"));
