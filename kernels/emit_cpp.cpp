@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -115,13 +116,46 @@ struct StageEmitter {
     }
   }
 
+  // The data of a Gather step's index buffer when it is a constant (a Weight: Pad/Resize tables,
+  // a Gather with constant indices), else null.
+  const Tensor* constant_index(int b) const {
+    const KBuffer& kb = m.buffers[size_t(b)];
+    if (kb.kind != BufferKind::Weight || kb.dynamic || kb.data.numel() != shape_numel(kb.shape)) return nullptr;
+    if (kb.data.dtype() != DType::Int64 && kb.data.dtype() != DType::Int32) return nullptr;
+    return &kb.data;
+  }
+
+  // Checked: the index is data (or out of range): wrap_index checks it per element.
+  enum class TableRange { NonNegative, Wrapping, Checked };
+  TableRange constant_table_range(const IndexStep& s) const {
+    const Tensor* t = constant_index(s.index_buffer);
+    if (!t) return TableRange::Checked;
+    const int64_t n = s.to[size_t(s.axis)];
+    bool negative = false;
+    for (int64_t i : t->to_int_vector()) {
+      if (i < -n || i >= n) return TableRange::Checked;  // reported at run time, as for data
+      negative = negative || i < 0;
+    }
+    return negative ? TableRange::Wrapping : TableRange::NonNegative;
+  }
+
   // to[axis] = the index read at the linearized from[axis .. axis + q) (negative: from the end).
   void emit_gather_step(std::ostringstream& o, const IndexStep& s, const std::string& cur, const std::string& nxt) {
     const size_t axis = size_t(s.axis), q = size_t(s.q);
     o << "  { int64_t l = 0;\n";
     for (size_t k = axis; k < axis + q; ++k) o << "    l = l * " << i64(s.from[k]) << " + " << cur << "[" << k << "];\n";
-    o << "    " << nxt << "[" << axis << "] = nf::wrap_index(ctx, int64_t(static_cast<const " << c_type(m.buffers[size_t(s.index_buffer)].dtype)
-      << "*>(B[" << s.index_buffer << "])[l]), " << i64(s.to[axis]) << ");\n  }\n";
+    const KBuffer& ib = m.buffers[size_t(s.index_buffer)];
+    const std::string read = "int64_t(static_cast<const " + c_type(ib.dtype) + "*>(B[" + std::to_string(s.index_buffer) + "])[l])";
+    switch (constant_table_range(s)) {
+      // A constant table checked here, once: no per-element range check.
+      case TableRange::NonNegative: o << "    " << nxt << "[" << axis << "] = " << read << ";\n  }\n"; break;
+      case TableRange::Wrapping:
+        o << "    const int64_t i = " << read << ";\n    " << nxt << "[" << axis << "] = i < 0 ? i + " << i64(s.to[axis]) << " : i;\n  }\n";
+        break;
+      case TableRange::Checked:
+        o << "    " << nxt << "[" << axis << "] = nf::wrap_index(ctx, " << read << ", " << i64(s.to[axis]) << ");\n  }\n";
+        break;
+    }
     for (size_t k = 0; k < axis; ++k) o << "  " << nxt << "[" << k << "] = " << cur << "[" << k << "];\n";
     for (size_t k = axis + 1; k < s.to.size(); ++k) o << "  " << nxt << "[" << k << "] = " << cur << "[" << k + q - 1 << "];\n";
   }
@@ -152,6 +186,11 @@ struct StageEmitter {
         case Expr::Load: {
           if (st.layout_block > 0) {
             o << blocked_access(e.access, "nnfuse::mk::nchwc_load", buf(e.buffer)) << ")";
+            break;
+          }
+          auto sp = split_loads.find(int(i));
+          if (sp != split_loads.end()) {
+            o << sp->second;
             break;
           }
           int K = e.access.affine && e.access.col_stride == 0 ? 0 : 1;
@@ -204,15 +243,78 @@ struct StageEmitter {
     return o.str();
   }
 
+  // Loads through separable maps (split_columns): expression index -> the load's code.
+  std::map<int, std::string> split_loads;
+
+  // Plans the loads whose maps are not affine but separable: offset(r, c) = rb[k] + column part,
+  // rb[k] (the map's offset at (r, 0)) computed once per row by row_init. The column part is
+  // c * stride (stride 0 or 1: a plain load), or a table: constant (emitted) or computed once
+  // per call (an index buffer read at run time). Writes the row_init lambda and per-call tables
+  // into the body; returns whether every load and store can then run on vectors.
+  bool plan_split_loads(std::ostringstream& o) {
+    constexpr int64_t kMaxStaticTable = 4096;  // entries emitted into the source
+    std::ostringstream init;
+    int rows_k = 0;
+    bool vec = true;
+    for (size_t i = 0; i < st.exprs.size(); ++i) {
+      const Expr& e = st.exprs[i];
+      if (e.kind != Expr::Load) continue;
+      if (e.access.affine) {
+        vec = vec && (e.access.col_stride == 0 || e.access.col_stride == 1);
+        continue;
+      }
+      ColumnSplit cs = split_columns(e.map, st.width, [&](int b) { return constant_index(b); });
+      if (!cs.separable) {
+        vec = false;
+        continue;
+      }
+      const std::string fn = off_fn(e.map, int(i));
+      const std::string rb = "rb[" + std::to_string(rows_k++) + "]";
+      init << "    rb[" << rows_k - 1 << "] = " << fn << "(ctx, B, r, 0);\n";
+      const std::string p = buf(e.buffer) + " + " + rb;
+      if (cs.col_affine && (cs.col_stride == 0 || cs.col_stride == 1)) {
+        split_loads[int(i)] = "nf::ld<V, " + std::to_string(cs.col_stride) + ">(" + p + (cs.col_stride ? " + c" : "") + ")";
+        continue;
+      }
+      const std::string tab = "ct_" + st.name + "_" + std::to_string(i);
+      if (!cs.col_dynamic && st.width <= kMaxStaticTable) {
+        bool narrow = true;  // 32-bit entries: half the cache footprint, and a vector gather
+        for (int64_t v : cs.col) narrow = narrow && v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+        pre << "alignas(64) static const " << (narrow ? "int32_t " : "int64_t ") << tab << "[] = {";
+        for (size_t c = 0; c < cs.col.size(); ++c) pre << (c ? "," : "") << cs.col[c];
+        pre << "};\n";
+        if (narrow && m.buffers[size_t(e.buffer)].dtype == DType::Float32) {
+          o << "  static const nf::ColWindows win_" << i << " = nf::col_windows(" << tab << ", " << i64(st.width) << ");\n";
+          split_loads[int(i)] = "nf::ldw<V>(" + p + ", win_" + std::to_string(i) + ", " + tab + " + c, c)";
+          continue;
+        }
+      } else {
+        o << "  std::vector<int64_t> " << tab << "(" << st.width << ");\n";
+        o << "  { const int64_t o0 = " << fn << "(ctx, B, 0, 0);\n    for (int64_t c = 0; c < " << i64(st.width) << "; ++c) " << tab
+          << "[size_t(c)] = " << fn << "(ctx, B, 0, c) - o0; }\n";
+      }
+      split_loads[int(i)] = "nf::ldt<V>(" + p + ", " + tab + (cs.col_dynamic || st.width > kMaxStaticTable ? ".data()" : "") + " + c)";
+    }
+    for (auto& s : st.stores) vec = vec && s.access.affine && s.access.col_stride == 1;
+    if (split_loads.empty()) return false;
+    o << "  auto row_init = [&](int64_t r) {\n    std::array<int64_t, " << rows_k << "> rb{};\n" << init.str() << "    return rb;\n  };\n";
+    return vec;
+  }
+
   std::string elementwise() {
     body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
     declare_buffers();
-    body << "  auto body = [&](auto tag, int64_t r, int64_t c) {\n    using V = decltype(tag);\n    (void)r; (void)c;\n";
+    bool vec = st.vectorizable;
+    if (st.layout_block <= 0 && !st.vectorizable) vec = plan_split_loads(body);
+    const bool split = !split_loads.empty();
+    body << "  auto body = [&](auto tag, int64_t r, int64_t c" << (split ? ", const auto& rb" : "") << ") {\n    using V = decltype(tag);\n    (void)r; (void)c;\n";
     blocked_prelude(body);
     emit_exprs(body, false);
     emit_stores(body, -1);
     body << "  };\n";
-    body << "  nf::elementwise<" << (st.vectorizable ? "true" : "false") << ">(ctx, " << i64(st.rows) << ", " << i64(st.width) << ", body);\n}\n";
+    const std::string v = vec ? "true" : "false";
+    if (split) body << "  nf::elementwise_split<" << v << ">(ctx, " << i64(st.rows) << ", " << i64(st.width) << ", row_init, body);\n}\n";
+    else body << "  nf::elementwise<" << v << ">(ctx, " << i64(st.rows) << ", " << i64(st.width) << ", body);\n}\n";
     return pre.str() + body.str();
   }
 

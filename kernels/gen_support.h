@@ -4,10 +4,12 @@
 // libraries, so a compiled artifact loads without them. The SIMD arch is the best one the
 // compiler flags allow (-mavx2 -mfma, -mavx512*, aarch64 NEON): xsimd::default_arch.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "exec_ctx.h"
 #include "microkernels/conv.h"
@@ -75,6 +77,75 @@ inline void st(T* p, const V& v) {
     v.store_aligned(t);
     for (size_t l = 0; l < V::size; ++l) p[l] = T(t[l]);
   }
+}
+
+// Loads through a column table (a separable index map: kernels/emit_cpp.cpp): element l of the
+// vector is p[col[l]], p already offset by the row's part.
+template <class V, class T, class I>
+inline V ldt(const T* p, const I* col) {
+  if constexpr (!is_vec<V>) return float(p[*col]);
+  else {
+    alignas(64) float t[V::size];
+    for (size_t l = 0; l < V::size; ++l) t[l] = float(p[col[l]]);
+    return V::load_aligned(t);
+  }
+}
+// Float data and a 32-bit table: the target's gather instruction (AVX2 vgatherdps, AVX-512).
+template <class V>
+inline V ldt(const float* p, const int32_t* col) {
+  if constexpr (!is_vec<V>) return p[*col];
+  else return V::gather(p, xsimd::batch<int32_t, A>::load_unaligned(col));
+}
+
+// A constant 32-bit column table read by vectors without gathers: the vector at column c (a
+// multiple of L) reads L consecutive elements from start[c / L] and permutes them into place,
+// when every vector's offsets fit in such a window (nearest/linear resampling, reflect/edge
+// padding: neighbouring outputs read neighbouring inputs). Windows stay inside [min, max] of the
+// table, so they read only memory the table's own offsets span. ok false: ldw gathers instead.
+struct ColWindows {
+  bool ok = false;
+  std::vector<int64_t> start;  // per vector position
+  std::vector<int32_t> lane;   // per column: its lane in its window
+};
+inline ColWindows col_windows(const int32_t* col, int64_t width) {
+  ColWindows w;
+  const int64_t nv = width / L;
+  if (nv == 0) return w;
+  const int64_t lo = *std::min_element(col, col + width), hi = *std::max_element(col, col + width);
+  if (hi - lo + 1 < L) return w;
+  w.start.resize(size_t(nv));
+  w.lane.resize(size_t(nv * L));
+  for (int64_t v = 0; v < nv; ++v) {
+    const int32_t* c = col + v * L;
+    const int64_t mn = *std::min_element(c, c + L), mx = *std::max_element(c, c + L);
+    const int64_t s = std::min<int64_t>(mn, hi - L + 1);
+    if (mx - s >= L) return ColWindows{};
+    w.start[size_t(v)] = s;
+    for (int64_t l = 0; l < L; ++l) w.lane[size_t(v * L + l)] = int32_t(c[l] - s);
+  }
+  w.ok = true;
+  return w;
+}
+// v's lanes reordered: result[l] = v[lane[l]].
+// (A template, so that only the branch of the compiled vector width is instantiated.)
+template <class V>
+inline V permute_lanes(const V& v, const int32_t* lane) {
+#if defined(__AVX512F__)
+  if constexpr (V::size == 16) return V(_mm512_permutexvar_ps(_mm512_loadu_si512(lane), v));
+#endif
+#if defined(__AVX2__)
+  if constexpr (V::size == 8) return V(_mm256_permutevar8x32_ps(v, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lane))));
+#endif
+  alignas(64) float t[V::size], o[V::size];
+  v.store_aligned(t);
+  for (size_t l = 0; l < V::size; ++l) o[l] = t[lane[l]];
+  return V::load_aligned(o);
+}
+template <class V>
+inline V ldw(const float* p, const ColWindows& w, const int32_t* col, int64_t c) {
+  if constexpr (!is_vec<V>) return p[*col];
+  else if (w.ok) return permute_lanes(V::load_unaligned(p + w.start[size_t(c / L)]), w.lane.data() + c);
+  else return ldt<V>(p, col);
 }
 
 // A Gather index: negative counts from the end; out of range is reported through the context
@@ -193,8 +264,9 @@ inline void run_row(int64_t r, int64_t c0, int64_t c1, const Body& body) {
 }
 
 // An elementwise stage over rows x width: parallel over rows, or over column chunks of one row.
-template <bool Vec, class Body>
-inline void elementwise(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t width, const Body& body) {
+// row_fn(r, c0, c1) computes elements (r, c0..c1-1).
+template <class RowFn>
+inline void elementwise_rows(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t width, const RowFn& row_fn) {
   Par par{ctx};
   const int64_t total = rows * width;
   if (total <= 0) return;
@@ -206,13 +278,13 @@ inline void elementwise(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t width,
     int64_t tasks = rows * per_row;
     if (total < 2 * grain) tasks = 1, per_row = 0;
     if (tasks == 1) {
-      for (int64_t r = 0; r < rows; ++r) run_row<Vec>(r, 0, width, body);
+      for (int64_t r = 0; r < rows; ++r) row_fn(r, int64_t(0), width);
       return;
     }
     par(tasks, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
         int64_t r = t / per_row, k = t % per_row;
-        run_row<Vec>(r, k * chunk, std::min(width, (k + 1) * chunk), body);
+        row_fn(r, k * chunk, std::min(width, (k + 1) * chunk));
       }
     });
     return;
@@ -221,10 +293,25 @@ inline void elementwise(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t width,
   int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
   auto run = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
-      for (int64_t r = t * rows_per_task; r < std::min(rows, (t + 1) * rows_per_task); ++r) run_row<Vec>(r, 0, width, body);
+      for (int64_t r = t * rows_per_task; r < std::min(rows, (t + 1) * rows_per_task); ++r) row_fn(r, int64_t(0), width);
   };
   if (tasks == 1) run(0, 1);
   else par(tasks, run);
+}
+
+template <bool Vec, class Body>
+inline void elementwise(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t width, const Body& body) {
+  elementwise_rows(ctx, rows, width, [&](int64_t r, int64_t c0, int64_t c1) { run_row<Vec>(r, c0, c1, body); });
+}
+
+// The same with per-row state: row_init(r) is computed once per row (a separable index map's row
+// parts) and passed to body(tag, r, c, state).
+template <bool Vec, class RowInit, class Body>
+inline void elementwise_split(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t width, const RowInit& row_init, const Body& body) {
+  elementwise_rows(ctx, rows, width, [&](int64_t r, int64_t c0, int64_t c1) {
+    const auto state = row_init(r);
+    run_row<Vec>(r, c0, c1, [&](auto tag, int64_t rr, int64_t c) { body(tag, rr, c, state); });
+  });
 }
 
 // An epilogue that is only valid on scalars: batches are split into lanes.

@@ -27,10 +27,22 @@ std::vector<int> IndexMap::index_buffers() const {
   return r;
 }
 
-std::vector<int64_t> IndexMap::apply(std::vector<int64_t> idx) const {
-  for (auto& s : steps) {
-    if (s.kind == IndexStep::Gather) fail(ErrorKind::Invalid, "index map " + str() + " depends on data: it has no static offsets");
-    if (s.kind == IndexStep::Offset) {
+namespace {
+
+// The map applied to idx; a Gather step reads its index through gather(step, linear position).
+template <class GatherFn>
+std::vector<int64_t> apply_steps(const IndexMap& m, std::vector<int64_t> idx, const GatherFn& gather) {
+  for (auto& s : m.steps) {
+    if (s.kind == IndexStep::Gather) {
+      const size_t axis = size_t(s.axis), q = size_t(s.q);
+      int64_t lin = 0;
+      for (size_t k = axis; k < axis + q; ++k) lin = lin * s.from[k] + idx[k];
+      std::vector<int64_t> out(s.to.size(), 0);
+      for (size_t k = 0; k < axis; ++k) out[k] = idx[k];
+      out[axis] = gather(s, lin);
+      for (size_t k = axis + 1; k < s.to.size(); ++k) out[k] = idx[k + q - 1];
+      idx = std::move(out);
+    } else if (s.kind == IndexStep::Offset) {
       for (size_t k = 0; k < idx.size(); ++k) idx[k] = idx[k] * (s.stride.empty() ? 1 : s.stride[k]) + s.off[k];
     } else if (s.kind == IndexStep::Select) {
       std::vector<int64_t> out(s.to.size(), 0);
@@ -48,6 +60,14 @@ std::vector<int64_t> IndexMap::apply(std::vector<int64_t> idx) const {
     }
   }
   return idx;
+}
+
+}  // namespace
+
+std::vector<int64_t> IndexMap::apply(std::vector<int64_t> idx) const {
+  return apply_steps(*this, std::move(idx), [&](const IndexStep&, int64_t) -> int64_t {
+    fail(ErrorKind::Invalid, "index map " + str() + " depends on data: it has no static offsets");
+  });
 }
 
 int64_t IndexMap::offset(const std::vector<int64_t>& idx) const {
@@ -189,6 +209,98 @@ Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
   a.row_stride = rs;
   a.col_stride = cs;
   return a;
+}
+
+ColumnSplit split_columns(const IndexMap& m, int64_t width, const std::function<const Tensor*(int)>& constant_index) {
+  ColumnSplit cs;
+  const Shape& d = m.domain;
+  if (d.size() > 63 || width <= 0 || shape_numel(d) == 0) return cs;
+  size_t split = d.size();
+  int64_t w = 1;
+  while (split > 0 && w < width) w *= d[--split];
+  if (w != width) return cs;  // the width splits a dim
+  // Which domain dims each index depends on (bit k: domain dim k; a size-1 dim is always 0).
+  uint64_t colmask = 0;
+  std::vector<uint64_t> dep(d.size(), 0);
+  for (size_t k = 0; k < d.size(); ++k) {
+    if (d[k] > 1) dep[k] = uint64_t(1) << k;
+    if (k >= split) colmask |= dep[k];
+  }
+  auto mixed = [&](uint64_t x) { return (x & colmask) && (x & ~colmask); };
+  for (auto& s : m.steps) {
+    std::vector<uint64_t> nd(s.to.size(), 0);
+    if (s.kind == IndexStep::Offset) {
+      nd = dep;
+    } else if (s.kind == IndexStep::Select) {
+      for (size_t k = 0; k < s.to.size(); ++k) nd[k] = s.src[k] < 0 ? 0 : dep[size_t(s.src[k])];
+    } else if (s.kind == IndexStep::Gather) {
+      const size_t axis = size_t(s.axis), q = size_t(s.q);
+      for (size_t k = 0; k < axis; ++k) nd[k] = dep[k];
+      for (size_t k = axis; k < axis + q; ++k) nd[axis] |= dep[k];
+      for (size_t k = axis + 1; k < s.to.size(); ++k) nd[k] = dep[k + q - 1];
+      if ((nd[axis] & colmask) && !constant_index(s.index_buffer)) cs.col_dynamic = true;
+    } else {
+      // Reshape: a `to` dim depends on the `from` dims of its group (the dims between the
+      // nearest linear positions where both shapes have a dim boundary).
+      std::vector<int64_t> pf(s.from.size() + 1, 1), pt(s.to.size() + 1, 1);
+      for (size_t i = 0; i < s.from.size(); ++i) pf[i + 1] = pf[i] * s.from[i];
+      for (size_t j = 0; j < s.to.size(); ++j) pt[j + 1] = pt[j] * s.to[j];
+      std::vector<int64_t> both;
+      for (int64_t p : pt)
+        if (std::find(pf.begin(), pf.end(), p) != pf.end()) both.push_back(p);
+      for (size_t j = 0; j < s.to.size(); ++j) {
+        if (s.to[j] == 1) continue;
+        int64_t lo = 1, hi = pt.back();
+        for (int64_t b : both) {
+          if (b <= pt[j]) lo = std::max(lo, b);
+          if (b >= pt[j + 1]) hi = std::min(hi, b);
+        }
+        for (size_t i = 0; i < s.from.size(); ++i)
+          if (s.from[i] > 1 && pf[i] >= lo && pf[i + 1] <= hi) nd[j] |= dep[i];
+      }
+    }
+    for (uint64_t x : nd)
+      if (mixed(x)) return cs;
+    dep = std::move(nd);
+  }
+  cs.separable = true;
+  if (cs.col_dynamic) return cs;
+  // The column part, evaluated at row 0. An index buffer read at run time depends only on row
+  // dims here (else col_dynamic), so any fixed value stands for it and cancels in the difference.
+  bool in_range = true;
+  auto gather = [&](const IndexStep& s, int64_t lin) -> int64_t {
+    const Tensor* t = constant_index(s.index_buffer);
+    if (!t) return 0;
+    const int64_t n = s.to[size_t(s.axis)];
+    int64_t i = t->dtype() == DType::Int32 ? int64_t(t->data<int32_t>()[lin]) : t->data<int64_t>()[lin];
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) in_range = false;
+    return i;
+  };
+  std::vector<int64_t> idx(d.size(), 0);
+  auto off_at = [&](int64_t c) {
+    for (size_t k = d.size(); k-- > split;) {
+      idx[k] = c % d[k];
+      c /= d[k];
+    }
+    auto out = apply_steps(m, idx, gather);
+    Shape cod = m.codomain();
+    int64_t o = 0;
+    for (size_t k = 0; k < cod.size(); ++k) o = o * cod[k] + out[k];
+    return o;
+  };
+  const int64_t o00 = off_at(0);
+  cs.col.resize(size_t(width));
+  for (int64_t c = 0; c < width; ++c) cs.col[size_t(c)] = off_at(c) - o00;
+  if (!in_range) {
+    cs.col_dynamic = true;
+    cs.col.clear();
+    return cs;
+  }
+  cs.col_stride = width > 1 ? cs.col[1] : 0;
+  cs.col_affine = true;
+  for (int64_t c = 0; c < width && cs.col_affine; ++c) cs.col_affine = cs.col[size_t(c)] == c * cs.col_stride;
+  return cs;
 }
 
 IndexStep select_step(const Shape& from, const Shape& to, std::vector<int> src) {

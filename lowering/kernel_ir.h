@@ -16,6 +16,7 @@
 //   Fallback     members run one by one with the reference kernels (ops with no lowering yet).
 // Buffers are planned statically into one arena (liveness, reuse, in-place for One-to-One).
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -202,5 +203,22 @@ IndexStep broadcast_step(const Shape& out, const Shape& in);
 
 // Classifies a map over a rows x width view (exhaustive on the index space when needed).
 Access classify_access(const IndexMap& m, int64_t rows, int64_t width);
+
+// A map that is not affine over rows x width may still be separable: when no step mixes the
+// column dims (the trailing domain dims spanning `width`) with the row dims, offset(r, c) =
+// offset(r, 0) + col[c] with col[c] = offset(0, c) - offset(0, 0). The emitter then computes
+// the row part once per row and the column part once (kernels/emit_cpp.cpp, docs/codegen.md).
+struct ColumnSplit {
+  bool separable = false;
+  // col depends on an index buffer that is not a constant (read at run time, per call).
+  bool col_dynamic = false;
+  std::vector<int64_t> col;  // col[c] for c in [0, width) when !col_dynamic
+  bool col_affine = false;   // col[c] == c * col_stride
+  int64_t col_stride = 0;
+};
+// `constant_index(b)`: the data of index buffer b when it is a constant, else null. A constant
+// Gather table with an index out of range makes the column part dynamic (the run-time check
+// reports it).
+ColumnSplit split_columns(const IndexMap& m, int64_t width, const std::function<const Tensor*(int)>& constant_index);
 
 }  // namespace nnfuse

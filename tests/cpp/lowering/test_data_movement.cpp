@@ -12,6 +12,7 @@
 #include "graph/error.h"
 #include "graph/interpreter.h"
 #include "kernels/cpu_model.h"
+#include "kernels/emit_cpp.h"
 #include "lowering_test_util.h"
 
 using namespace nnfuse;
@@ -120,6 +121,53 @@ TEST_CASE("codegen: Gather (embedding rows, any axis, negative and constant indi
     } catch (const Error& e) {
       CHECK(e.kind() == ErrorKind::Runtime);
       CHECK_THAT(std::string(e.what()), Catch::Contains("Gather") && Catch::Contains("out of range"));
+    }
+  }
+}
+
+// Gather through separable maps (emit_cpp.cpp): data indices along the rows are read once per
+// row; along the columns they fill a per-call column table, still range-checked; constant
+// indices are checked when the code is emitted.
+TEST_CASE("codegen: Gather rows and columns split, negative indices, odd widths", "[codegen][data_movement]") {
+  for (int64_t w : {1, 7, 17, 129}) {
+    INFO("width " << w);
+    GraphBuilder gb("gather_split" + std::to_string(w));
+    auto rid = gb.input("rid", DType::Int64, {2, 3});
+    auto cid = gb.input("cid", DType::Int32, {5});
+    auto x = gb.input("x", DType::Float32, {4, 3, w});
+    auto table = gb.weight("table", {11, w}, 1.0f);
+    auto rows = gb.op("Gather", {table, rid}, GraphBuilder::attrs({{"axis", A::i(0)}}));  // [2, 3, w]: row indices
+    auto cols = gb.op("Gather", {x, cid}, GraphBuilder::attrs({{"axis", A::i(-1)}}));     // [4, 3, 5]: column indices
+    auto cst = gb.constant("cidx", Tensor::from_vector<int64_t>({3}, {-1, 0, -3}));
+    auto fixed = gb.op("Gather", {x, cst}, GraphBuilder::attrs({{"axis", A::i(1)}}));    // [4, 3, w]: constant rows
+    gb.output(gb.op("Relu", {rows}));
+    gb.output(gb.op("Neg", {cols}));
+    gb.output(gb.op("Abs", {fixed}));
+    Model m = gb.finish();
+    auto cm = CpuModel::build(m.graph, nullptr, opts());
+    CHECK(cm->module().fallback_blocks == 0);
+    std::string code;
+    for (auto& u : emit_cpp(cm->module(), 1)) code += u.code;
+    CHECK_THAT(code, Catch::Contains("nf::elementwise_split"));
+    if (w > 1) CHECK_THAT(code, Catch::Contains("std::vector<int64_t> ct_"));  // the column indices' per-call table
+    CHECK_THAT(code, Catch::Contains("nf::wrap_index"));                          // data indices stay checked
+    TensorMap feeds = random_feeds(m.graph, 4);
+    feeds["rid"] = Tensor::from_vector<int64_t>({2, 3}, {0, -1, 10, -11, 5, 3});
+    const int32_t wl = int32_t(w);
+    feeds["cid"] = Tensor::from_vector<int32_t>({5}, {0, -1, wl - 1, -wl, wl / 2});
+    check_close(cm->run(feeds), run_reference(m.graph, feeds));
+    for (const char* bad : {"rid", "cid"}) {
+      INFO(bad << " out of range");
+      TensorMap f = feeds;
+      if (std::string(bad) == "rid") f["rid"] = Tensor::from_vector<int64_t>({2, 3}, {0, 1, 2, 11, 4, 5});
+      else f["cid"] = Tensor::from_vector<int32_t>({5}, {0, 0, wl, 0, 0});
+      try {
+        cm->run(f);
+        FAIL("expected an error");
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::Runtime);
+        CHECK_THAT(std::string(e.what()), Catch::Contains("out of range"));
+      }
     }
   }
 }

@@ -9,6 +9,7 @@
 #include "graph/builder.h"
 #include "graph/interpreter.h"
 #include "kernels/cpu_model.h"
+#include "kernels/emit_cpp.h"
 #include "lowering_test_util.h"
 
 using namespace nnfuse;
@@ -175,4 +176,95 @@ TEST_CASE("codegen: Pad and Resize forms without a lowering fall back and stay c
   TensorMap feeds = random_feeds(m.graph, 7);
   feeds["pads"] = Tensor::from_vector<int64_t>({8}, {0, 0, 1, 2, 0, 1, 0, 3});
   check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
+
+// Separable index maps (split_columns, emit_cpp.cpp): the row part once per row, the column part
+// as c * stride or a table, constant Gather tables checked at code generation.
+TEST_CASE("split_columns: row and column parts of index maps", "[lowering][resample]") {
+  auto no_constants = [](int) -> const Tensor* { return nullptr; };
+  Tensor tab = Tensor::from_vector<int64_t>({5}, {2, 1, 0, 1, -1});  // reflect-like, one negative
+  auto constants = [&](int b) -> const Tensor* { return b == 7 ? &tab : nullptr; };
+  IndexStep g;
+  g.kind = IndexStep::Gather;
+  g.from = {3, 5};
+  g.to = {3, 4};
+  g.axis = 1;
+  g.q = 1;
+  g.index_buffer = 7;
+  IndexMap m;
+  m.domain = {3, 5};
+  m.steps = {g};
+  SECTION("a constant table along the columns") {
+    ColumnSplit cs = split_columns(m, 5, constants);
+    REQUIRE(cs.separable);
+    CHECK_FALSE(cs.col_dynamic);
+    CHECK(cs.col == std::vector<int64_t>{0, -1, -2, -1, 1});  // offsets relative to column 0 (index 2)
+    CHECK_FALSE(cs.col_affine);
+  }
+  SECTION("an index buffer read at run time along the columns: a per-call table") {
+    ColumnSplit cs = split_columns(m, 5, no_constants);
+    CHECK(cs.separable);
+    CHECK(cs.col_dynamic);
+  }
+  SECTION("a constant table out of range is left to the run-time check") {
+    tab = Tensor::from_vector<int64_t>({5}, {0, 1, 2, 3, 4});  // 4 >= 4
+    ColumnSplit cs = split_columns(m, 5, constants);
+    CHECK(cs.separable);
+    CHECK(cs.col_dynamic);
+  }
+  SECTION("a data-dependent row index and affine columns (embedding rows)") {
+    IndexStep e = g;
+    e.from = {4, 6};
+    e.to = {10, 6};
+    e.axis = 0;
+    IndexMap em;
+    em.domain = {4, 6};
+    em.steps = {e};
+    ColumnSplit cs = split_columns(em, 6, no_constants);
+    REQUIRE(cs.separable);
+    CHECK_FALSE(cs.col_dynamic);
+    CHECK(cs.col_affine);
+    CHECK(cs.col_stride == 1);
+  }
+  SECTION("a Reshape that mixes rows and columns is not separable; a squeeze is") {
+    IndexMap rm;
+    rm.domain = {3, 4};
+    rm.steps = {reshape_step({3, 4}, {2, 6}), g};
+    rm.steps[1].from = {2, 6};
+    rm.steps[1].to = {2, 4};
+    CHECK_FALSE(split_columns(rm, 4, constants).separable);
+    IndexMap sq;
+    sq.domain = {1, 3, 5};
+    sq.steps = {reshape_step({1, 3, 5}, {3, 5}), g};
+    ColumnSplit cs = split_columns(sq, 5, constants);
+    CHECK(cs.separable);
+    CHECK(cs.col.size() == 5);
+  }
+  SECTION("a width that splits a dim is not separable") { CHECK_FALSE(split_columns(m, 3, constants).separable); }
+}
+
+TEST_CASE("codegen: Pad and Resize rows split from columns, odd widths, no per-element checks", "[codegen][resample]") {
+  for (int64_t w : {1, 7, 17, 129}) {
+    INFO("width " << w);
+    GraphBuilder gb("split_w" + std::to_string(w), 19);
+    auto x = gb.input("x", DType::Float32, {1, 3, 5, w});
+    auto roi = gb.constant("no_roi", Tensor(DType::Float32, {0}));
+    auto no_scales = gb.constant("no_scales", Tensor(DType::Float32, {0}));
+    auto resize = [&](const char* tag, std::vector<int64_t> sizes, const char* mode) {
+      return gb.op("Resize", {x, roi, no_scales, gb.ints(tag, sizes)},
+                   attrs({{"mode", A::s(mode)}, {"coordinate_transformation_mode", A::s("half_pixel")}, {"nearest_mode", A::s("floor")}}));
+    };
+    const int64_t p = std::min<int64_t>(w - 1, 3);  // reflect pads at most w - 1
+    gb.output(gb.op("Pad", {x, gb.ints("pr", {0, 0, 2, p, 0, 0, 1, p})}, attrs({{"mode", A::s("reflect")}})));
+    gb.output(gb.op("Pad", {x, gb.ints("pe", {0, 0, 1, 4, 0, 0, 2, 5})}, attrs({{"mode", A::s("edge")}})));
+    gb.output(resize("rn", {1, 3, 10, 2 * w}, "nearest"));
+    gb.output(gb.op("Relu", {resize("rl", {1, 3, 9, 2 * w + 1}, "linear")}));
+    Model m = gb.finish();
+    check_plans(m, {singleton_plan(m.graph)}, 11);
+    auto cm = CpuModel::build(m.graph, nullptr, opts());
+    std::string code;
+    for (auto& u : emit_cpp(cm->module(), 1)) code += u.code;
+    CHECK_THAT(code, Catch::Contains("nf::elementwise_split"));
+    CHECK_THAT(code, !Catch::Contains("wrap_index"));  // constant tables checked when emitted
+  }
 }
