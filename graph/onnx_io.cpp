@@ -352,11 +352,22 @@ struct Importer {
     g.is_subgraph = is_subgraph;
     g.opset_imports = opsets;
 
+    // Freed weight strings below glibc's mmap threshold stay in the heap as holes the tensors
+    // copied next rarely fit: hand them back to the OS every so often, so that the import peaks
+    // near one copy of the weights plus the message rather than growing with every hole.
+    size_t freed_since_trim = 0;
     for (auto& init : *gp.mutable_initializer()) {
       if (init.name().empty()) model_error("graph '" + gp.name() + "' has an initializer without a name");
       if (g.is_initializer(init.name())) model_error("initializer '" + init.name() + "' is defined twice");
       g.set_initializer(init.name(), tensor(init, "'" + init.name() + "'"));
-      if (init.has_raw_data()) delete init.release_raw_data();
+      if (init.has_raw_data()) {
+        freed_since_trim += init.raw_data().size();
+        delete init.release_raw_data();
+      }
+      if (freed_since_trim >= (size_t(32) << 20)) {
+        return_free_memory_to_os();
+        freed_since_trim = 0;
+      }
     }
     for (auto& sp : gp.sparse_initializer()) {
       const std::string& n = sp.values().name();
@@ -950,10 +961,16 @@ void parse_file_or_fail(const std::string& path, onnx::ModelProto& mp) {
 }  // namespace
 
 Model load_model(const std::string& path, const ImportOptions& opt) {
-  onnx::ModelProto mp;
-  parse_file_or_fail(path, mp);
-  std::string dir = fs::path(path).parent_path().string();
-  Model m = import_model(mp, opt, dir, path);
+  Model m;
+  {
+    onnx::ModelProto mp;
+    parse_file_or_fail(path, mp);
+    std::string dir = fs::path(path).parent_path().string();
+    m = import_model(mp, opt, dir, path);
+  }
+  // The parsed message's weight strings were freed one by one as they were copied; the heap keeps
+  // those below glibc's mmap threshold unless asked to hand them back.
+  return_free_memory_to_os();
   m.path = path;
   return m;
 }

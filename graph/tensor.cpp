@@ -5,6 +5,10 @@
 #include <limits>
 #include <type_traits>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 namespace nnfuse {
 
 int64_t shape_numel(const Shape& s) {
@@ -25,6 +29,12 @@ std::vector<int64_t> shape_strides(const Shape& s) {
   return st;
 }
 
+void return_free_memory_to_os() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 Tensor::Tensor(DType dtype, Shape shape) : Tensor(dtype, std::move(shape), NoFill{}) {
   std::memset(data_, 0, nbytes());
 }
@@ -39,10 +49,16 @@ Tensor::Tensor(DType dtype, Shape shape, NoFill) : dtype_(dtype), shape_(std::mo
   size_t bytes = size_t(numel()) * es;
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
-  void* p = std::aligned_alloc(64, alloc);
-  if (!p) fail(ErrorKind::Runtime, "out of memory allocating " + std::to_string(bytes) + " bytes");
-  std::memset(static_cast<char*>(p) + bytes, 0, alloc - bytes);  // padding: never garbage
-  owner_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  // Plain malloc with 64 bytes of slack, aligned by hand, rather than aligned_alloc: glibc's
+  // heap hands a just-freed block back to the next malloc of the same size far more often than
+  // to an aligned request (which needs more than the freed chunk holds). Passes that replace a
+  // weight by a new one of the same size (folding a scale or a BatchNormalization into it) then
+  // reuse the old weight's pages instead of faulting in fresh ones.
+  void* block = std::malloc(alloc + 64);
+  if (!block) fail(ErrorKind::Runtime, "out of memory allocating " + std::to_string(bytes) + " bytes");
+  auto* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(block) + 63) & ~uintptr_t(63));
+  std::memset(p + bytes, 0, alloc - bytes);  // padding: never garbage
+  owner_ = std::shared_ptr<void>(block, [](void* q) { std::free(q); });
   data_ = p;
 }
 

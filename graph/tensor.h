@@ -17,6 +17,11 @@ std::string shape_str(const Shape& s);  // "[1,3,224,224]"
 // Row-major strides in elements.
 std::vector<int64_t> shape_strides(const Shape& s);
 
+// Hands memory that the heap holds free back to the OS (glibc: malloc_trim). Freed tensor arrays
+// below the allocator's mmap threshold (which glibc raises up to 32 MiB as large blocks are freed)
+// stay in the heap otherwise; called after a load frees a large set of weights. No-op elsewhere.
+void return_free_memory_to_os();
+
 class Tensor {
  public:
   Tensor() = default;

@@ -127,11 +127,19 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
     m->so_ = std::make_unique<SharedObject>(br.so_path);
   }
   m->pool_ = std::make_unique<ThreadPool>(o.threads);
-  m->link_stages();
+  // The caller owns the graph (and may save the model, which writes model.onnx from it): keep.
+  m->link_stages(/*release_originals=*/false);
   return m;
 }
 
-void CpuModel::link_stages() {
+void CpuModel::link_stages(bool release_originals) {
+  // Weights to free as soon as the last stage packing them has run (so that the original and
+  // packed copies of all weights never coexist: the peak stays near one copy plus one weight).
+  std::vector<char> releasable = release_originals ? prepare_only_weights() : std::vector<char>(mod_.buffers.size(), 0);
+  std::vector<int> last_packer(mod_.buffers.size(), -1);
+  for (size_t i = 0; i < mod_.stages.size(); ++i)
+    for (int b : mod_.stages[i].prepare_only) last_packer[size_t(b)] = int(i);
+  int64_t released_since_trim = 0;
   fns_.assign(mod_.stages.size(), nullptr);
   prepared_.assign(mod_.buffers.size(), nullptr);
   release_.assign(mod_.buffers.size(), nullptr);
@@ -147,8 +155,88 @@ void CpuModel::link_stages() {
       auto prep = reinterpret_cast<void* (*)(void* const*)>(so_->symbol(stage_symbol(s) + "_prepare"));
       release_[size_t(s.prepared)] = reinterpret_cast<void (*)(void*)>(so_->symbol(stage_symbol(s) + "_release"));
       prepared_[size_t(s.prepared)] = prep(weights.data());
+      for (int b : s.prepare_only)
+        if (releasable[size_t(b)] && last_packer[size_t(b)] == int(i)) {
+          released_since_trim += int64_t(mod_.buffers[size_t(b)].data.nbytes());
+          release_weight(mod_.buffers[size_t(b)]);
+          weights[size_t(b)] = nullptr;
+        }
+      // Freed arrays below glibc's mmap threshold stay in the heap until trimmed; trimming as we
+      // go keeps the originals from piling up beside the packed copies.
+      if (released_since_trim >= (int64_t(32) << 20)) {
+        return_free_memory_to_os();
+        released_since_trim = 0;
+      }
     }
   }
+  if (released_since_trim > 0) return_free_memory_to_os();
+}
+
+std::vector<char> CpuModel::prepare_only_weights() const {
+  const size_t nb = mod_.buffers.size();
+  std::vector<char> packed_only(nb, 0), other_use(nb, 0);
+  auto mark = [&](int b) {
+    if (b >= 0 && size_t(b) < nb) other_use[size_t(b)] = 1;
+  };
+  auto mark_map = [&](const IndexMap& m) {
+    for (int b : m.index_buffers()) mark(b);
+  };
+  // Every way a stage can reach a buffer at run time, except the prepare-only anchor inputs.
+  for (const Stage& st : mod_.stages) {
+    if (st.kind == StageKind::Fallback) {
+      for (int b : st.inputs) mark(b);
+      for (int b : st.outputs) mark(b);
+      for (NodeId id : st.nodes)
+        for (auto& v : mod_.graph.node(id).inputs)
+          if (!v.empty()) mark(mod_.buffer_id(v));
+      continue;
+    }
+    for (auto& e : st.exprs)
+      if (e.kind == Expr::Load) {
+        mark(e.buffer);
+        mark_map(e.map);
+      }
+    for (auto& sto : st.stores) {
+      mark(sto.buffer);
+      mark_map(sto.map);
+    }
+    for (int b : st.anchor_inputs)
+      if (std::find(st.prepare_only.begin(), st.prepare_only.end(), b) == st.prepare_only.end()) mark(b);
+    mark(st.anchor_output);
+    for (int b : st.kernel_outputs) mark(b);
+    for (int b : st.outputs) mark(b);
+    for (int b : st.prepare_only)
+      if (b >= 0 && size_t(b) < nb) packed_only[size_t(b)] = 1;
+  }
+  for (auto& [name, b] : mod_.graph_inputs) mark(b);
+  for (auto& [name, b] : mod_.graph_outputs) mark(b);
+  std::vector<char> r(nb, 0);
+  for (const KBuffer& B : mod_.buffers) {
+    const size_t i = size_t(B.id);
+    r[i] = packed_only[i] && !other_use[i] && B.kind == BufferKind::Weight && B.prepared_by < 0 && !B.data.empty_data();
+  }
+  return r;
+}
+
+void CpuModel::release_weight(KBuffer& B) {
+  // The graph shares the array (graph/tensor.h): drop both owners, keeping the initializer's type
+  // and shape (a data-less tensor) so the graph stays well-formed for info() and the plan.
+  if (!B.value.empty() && mod_.graph.is_initializer(B.value) && mod_.graph.initializer(B.value).same_data(B.data))
+    mod_.graph.set_initializer(B.value, Tensor::wrap(B.dtype, B.shape, nullptr, nullptr));
+  released_bytes_ += int64_t(B.data.nbytes());
+  B.data = Tensor();
+}
+
+int64_t CpuModel::resident_weight_bytes() const {
+  std::set<const void*> seen;
+  int64_t total = 0;
+  auto add = [&](const Tensor& t) {
+    if (!t.empty_data() && t.raw() && seen.insert(t.raw()).second) total += int64_t(t.nbytes());
+  };
+  for (auto& B : mod_.buffers)
+    if (B.kind == BufferKind::Weight) add(B.data);
+  for (auto& n : mod_.graph.initializer_names()) add(mod_.graph.initializer(n));
+  return total;
 }
 
 CpuModel::~CpuModel() {
@@ -364,6 +452,7 @@ nlohmann::json CpuModel::info() const {
   int gen = 0;
   for (auto& s : mod_.stages) gen += s.kind != StageKind::Fallback;
   j["generated_stages"] = gen;
+  j["weights"] = {{"resident_bytes", resident_weight_bytes()}, {"released_bytes", released_bytes_}};
   return j;
 }
 
@@ -384,7 +473,19 @@ void CpuModel::save(const std::string& dir) const {
     }
     names.insert(n);
   }
-  save_model(m, (fs::path(dir) / "model.onnx").string());
+  if (released_bytes_ > 0) {
+    // The graph no longer holds the weights that only prepare entry points read (released after
+    // load): the artifact's model.onnx, unchanged since it was loaded, is the same model.
+    std::error_code ec;
+    if (!fs::exists(source_model_) || fs::file_size(source_model_, ec) != source_model_size_ ||
+        fs::last_write_time(source_model_, ec).time_since_epoch().count() != source_model_mtime_)
+      fail(ErrorKind::Io, "cannot save: '" + source_model_ + "', which this model was loaded from and whose weights it no longer holds in memory, "
+                          "has changed or gone since it was loaded (load the artifact again, or compile the model)");
+    fs::path dst = fs::path(dir) / "model.onnx";
+    if (!fs::exists(dst) || !fs::equivalent(source_model_, dst)) fs::copy_file(source_model_, dst, fs::copy_options::overwrite_existing);
+  } else {
+    save_model(m, (fs::path(dir) / "model.onnx").string());
+  }
   if (!so_path_.empty()) fs::copy_file(so_path_, fs::path(dir) / "kernels.so", fs::copy_options::overwrite_existing);
   if (cross_) {
     // A standalone program for the target CPU and the weights it reads (kernels/cross_run.h).
@@ -440,6 +541,9 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   }
   if (plan.value("format", "") != kArtifactFormat) fail(ErrorKind::Io, "'" + dir + "': unknown artifact format");
   Model model = load_model((d / "model.onnx").string());
+  std::string source_model = fs::absolute(d / "model.onnx").string();
+  uintmax_t source_size = fs::file_size(source_model);
+  int64_t source_mtime = int64_t(fs::last_write_time(source_model).time_since_epoch().count());
   std::unique_ptr<CpuModel> m(new CpuModel());
   m->target_ = plan["target"];
   const Graph& g = model.graph;
@@ -476,6 +580,12 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   LowerOptions lo;
   lo.layout_block = plan.value("layout_block", 0);
   m->mod_ = lower_module(g, fp, lo);
+  m->source_model_ = source_model;
+  m->source_model_size_ = source_size;
+  m->source_model_mtime_ = source_mtime;
+  // The module's graph shares the weights; this copy is not needed any more (and would keep the
+  // weights released by link_stages alive).
+  model = Model();
   // The lowering must reproduce the stages the library was generated for.
   std::vector<std::string> stages;
   for (auto& s : m->mod_.stages) stages.push_back(s.name + ":" + stage_kind_name(s.kind));
@@ -487,6 +597,9 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
     for (auto& u : emit_cpp(m->mod_, plan.value("units", 1))) all += u.code;
     if (content_hash(all) != plan.value("code_hash", ""))
       fail(ErrorKind::Io, "artifact '" + dir + "' is stale: it was generated by another version of nnfuse's code generator (rebuild it with nnfuse compile)");
+    // Kept for save(): an artifact saved again must pass this check when it is loaded.
+    m->code_hash_ = content_hash(all);
+    m->units_ = plan.value("units", 1);
   }
   if (plan.value("kind", "") == "standalone") {
     // A standalone program (kernels/cross_run.h): runs natively on its CPU, else under an emulator.
@@ -516,7 +629,9 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   }
   m->pool_ = std::make_unique<ThreadPool>(threads);
   m->build_info_ = {{"artifact", dir}, {"hash", m->hash_}};
-  m->link_stages();
+  // A loaded model is the only owner of its graph, so weights read only by prepare entry points
+  // are freed once packed: about one copy of the weights stays resident.
+  m->link_stages(/*release_originals=*/true);
   return m;
 }
 

@@ -49,6 +49,11 @@ class CpuModel {
   nlohmann::json profile(const TensorMap& feeds) const;
   nlohmann::json info() const;
   const KernelModule& module() const { return mod_; }
+  // Bytes of original weight data the model still holds (buffers and graph initializers, each
+  // array once; the packed copies made by prepare entry points are not counted), and the bytes
+  // freed after loading because only a prepare entry point read them.
+  int64_t resident_weight_bytes() const;
+  int64_t released_weight_bytes() const { return released_bytes_; }
   int threads() const { return pool_->threads(); }
 
  private:
@@ -59,7 +64,15 @@ class CpuModel {
   CpuModel& operator=(const CpuModel&) = delete;
 
  private:
-  void link_stages();
+  // Resolves the stage entry points and runs the prepare entry points. `release_originals`: free
+  // the original data of weights that only prepare entry points read, each right after the last
+  // stage packing it (the bodies use the packed copies); only for a model that alone owns its
+  // graph (load(); docs/codegen.md "Weights resident once").
+  void link_stages(bool release_originals);
+  // Per buffer: a weight that some stage reads only through its prepare entry point and nothing
+  // else reads at run time (Stage::prepare_only), still holding its data.
+  std::vector<char> prepare_only_weights() const;
+  void release_weight(KBuffer& B);
   TensorMap run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const;
   void run_fallback(const Stage& st, void* const* ptrs, std::map<int, Tensor>& dyn) const;
 
@@ -78,6 +91,12 @@ class CpuModel {
   std::vector<nnfuse_stage_fn> fns_;  // per stage; null for fallback stages
   std::vector<void*> prepared_;       // per buffer: data made by a stage's prepare entry point
   std::vector<void (*)(void*)> release_;
+  int64_t released_bytes_ = 0;
+  // load(): the artifact's model.onnx, its size and modification time when loaded. Once weights
+  // are released the graph no longer holds them, so save() copies this file instead.
+  std::string source_model_;
+  uintmax_t source_model_size_ = 0;
+  int64_t source_model_mtime_ = 0;
   std::unique_ptr<ThreadPool> pool_;
   nlohmann::json build_info_;
   mutable std::mutex arenas_mu_;

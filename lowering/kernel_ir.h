@@ -135,6 +135,10 @@ struct Stage {
   std::map<std::string, std::vector<int64_t>> vparams;
   std::map<std::string, double> fparams;
   int prepared = -1;                     // buffer slot of data prepared at load time, or -1
+  // Weight buffers (anchor inputs) that only the prepare entry point reads: the stage body uses
+  // the packed slot instead (GEMM B, NCHWc conv weights, LSTM W/R). Once every stage is
+  // prepared the runtime may free them when no other stage reads them (CpuModel, docs/codegen.md).
+  std::vector<int> prepare_only;
   int anchor_output = -1;                // the buffer the anchor kernel writes (its own layout)
   int primary_store = -1;                // the store whose value the kernel writes there, or -1
                                          // (then anchor_output is scratch and stores scatter)

@@ -1149,7 +1149,25 @@ struct Lowerer {
     // Per stage flops: the anchor's; elementwise members counted by expression nodes (approximate).
     for (auto& out : g.outputs()) mod.graph_outputs.push_back({out, buffer_for(out)});
     if (opt.layout_block > 0) assign_layouts(mod, opt.layout_block);
+    mark_prepare_only_inputs();
     plan_memory();
+  }
+
+  // Stage::prepare_only: the anchor inputs a stage's prepare entry point packs and its body
+  // never reads again (the emitters read the packed slot: kernels/emit_cpp.cpp for MatMul/Gemm
+  // and blocked Conv, kernels/emit_kernel_ops.cpp for LSTM). Filled after the layouts are final,
+  // since assign_layouts gives blocked Conv stages their prepared slot.
+  void mark_prepare_only_inputs() {
+    for (auto& st : mod.stages) {
+      st.prepare_only.clear();
+      if (st.kind != StageKind::Anchor || st.prepared < 0) continue;
+      std::vector<size_t> packed;
+      if (st.anchor_op == "MatMul" || st.anchor_op == "Gemm" || (st.anchor_op == "Conv" && st.layout_block > 0)) packed = {1};
+      else if (st.anchor_op == "LSTM") packed = {1, 2};
+      for (size_t k : packed)
+        if (k < st.anchor_inputs.size() && st.anchor_inputs[k] >= 0 && mod.buffers[size_t(st.anchor_inputs[k])].kind == BufferKind::Weight)
+          st.prepare_only.push_back(st.anchor_inputs[k]);
+    }
   }
 
   // Nodes whose inputs are all constants (a Transpose of a weight that the pipeline left in

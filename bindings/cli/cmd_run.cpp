@@ -152,6 +152,14 @@ int run_run(const ParsedArgs& args) {
     for (auto& [name, t] : random_feeds(g, uint64_t(seed))) feeds.push_back({name, "random", t});
   TensorMap feed_map;
   for (auto& f : feeds) feed_map[f.name] = f.tensor;
+  // An artifact's executable loads the graph and weights itself; this copy only names inputs and
+  // outputs from here on, so it keeps the initializers' types, not a second copy of the weights.
+  if (!artifact.empty())
+    for (auto& n : g.initializer_names()) {
+      const Tensor& t = g.initializer(n);
+      g.set_initializer(n, Tensor::wrap(t.dtype(), t.shape(), nullptr, nullptr));
+    }
+  if (!artifact.empty()) return_free_memory_to_os();
 
   // Output files: one .npy per graph output, names made safe (and distinct) for the filesystem.
   // The directory is made before running, so that a bad path fails before a long run.
