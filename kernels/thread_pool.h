@@ -37,6 +37,8 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
+  std::atomic<int> queued_{0};          // tasks_.size(), readable without the lock (workers spin on it)
+  std::atomic<bool> stopping_{false};   // stop_, likewise
   bool stop_ = false;
 };
 
