@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fusion/planner.h"
+#include "kernels/cpu_model.h"
 #include "graph/graph.h"
 #include "graph/interpreter.h"
 
@@ -24,6 +25,14 @@ inline std::string test_cache_dir(const std::string& tag) {
   fs::path p = fs::temp_directory_path() / ("nnfuse_test_" + tag + "_" + std::to_string(::getpid()));
   fs::create_directories(p);
   return p.string();
+}
+
+// Compile options of the codegen tests: two threads, the kernel cache test_cache_dir(tag).
+inline CpuCompileOptions test_compile_options(const std::string& tag) {
+  CpuCompileOptions o;
+  o.cache_dir = test_cache_dir(tag);
+  o.threads = 2;
+  return o;
 }
 
 // Blocks from a list of node-output groups: each group is one block (anchor: its first

@@ -15,12 +15,7 @@ using namespace nnfuse::testing;
 
 namespace {
 
-CpuCompileOptions opts() {
-  CpuCompileOptions o;
-  o.cache_dir = test_cache_dir("convt");
-  o.threads = 2;
-  return o;
-}
+CpuCompileOptions opts() { return test_compile_options("convt"); }
 
 struct ConvTCase {
   int64_t N, C, H, W, K, KH, KW, SH, SW, group, DH, DW;

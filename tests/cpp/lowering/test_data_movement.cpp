@@ -21,12 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-CpuCompileOptions opts() {
-  CpuCompileOptions o;
-  o.cache_dir = test_cache_dir("dm");
-  o.threads = 2;
-  return o;
-}
+CpuCompileOptions opts() { return test_compile_options("dm"); }
 
 const Stage* stage_of_block(const KernelModule& km, int block, StageKind kind) {
   for (auto& s : km.stages)

@@ -17,12 +17,7 @@ using namespace nnfuse::testing;
 
 namespace {
 
-CpuCompileOptions opts() {
-  CpuCompileOptions o;
-  o.cache_dir = test_cache_dir("resample");
-  o.threads = 2;
-  return o;
-}
+CpuCompileOptions opts() { return test_compile_options("resample"); }
 
 Attributes attrs(std::initializer_list<std::pair<const char*, Attribute>> kv) { return GraphBuilder::attrs(kv); }
 
