@@ -185,6 +185,11 @@ int64_t Graph::opset(const std::string& domain) const {
 
 bool Graph::has_value(const std::string& n) const { return impl_->values.count(n) != 0; }
 
+const Value* Graph::find_value(const std::string& n) const {
+  auto it = impl_->values.find(n);
+  return it == impl_->values.end() ? nullptr : &it->second;
+}
+
 const Value& Graph::value(const std::string& n) const {
   auto it = impl_->values.find(n);
   if (it == impl_->values.end()) fail(ErrorKind::Model, "no tensor named '" + n + "' in the graph");
@@ -272,6 +277,10 @@ const Tensor& Graph::initializer(const std::string& n) const {
 const Tensor* Graph::find_initializer(const std::string& n) const {
   auto it = impl_->initializers.find(n);
   return it == impl_->initializers.end() ? nullptr : &it->second;
+}
+void* Graph::initializer_data_for_update(const std::string& n) {
+  auto it = impl_->initializers.find(n);
+  return it == impl_->initializers.end() ? nullptr : it->second.exclusive_raw();
 }
 std::vector<std::string> Graph::initializer_names() const {
   std::vector<std::string> r;

@@ -106,6 +106,7 @@ class Graph {
   // ---- values ----
   bool has_value(const std::string& name) const;
   const Value& value(const std::string& name) const;  // throws Model error if unknown
+  const Value* find_value(const std::string& name) const;  // null if unknown (one lookup)
   const TensorType& type(const std::string& name) const { return value(name).type; }
   void set_type(const std::string& name, TensorType t);
   // Creates the value if it does not exist (used by builders and importers before the producer).
@@ -130,6 +131,10 @@ class Graph {
   bool is_initializer(const std::string& name) const;
   const Tensor& initializer(const std::string& name) const;  // throws if absent
   const Tensor* find_initializer(const std::string& name) const;
+  // The initializer's data for a rewrite in place of the same dtype and shape, or null if there is
+  // no such initializer or its buffer may be seen elsewhere (Tensor::exclusive_raw). Callers check
+  // that the value has no other reader that must see the old contents.
+  void* initializer_data_for_update(const std::string& name);
   std::vector<std::string> initializer_names() const;  // sorted
   // The constant data of a value: an initializer or the output of a Constant node; else null.
   const Tensor* constant_value(const std::string& name) const;

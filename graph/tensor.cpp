@@ -60,6 +60,15 @@ Tensor::Tensor(DType dtype, Shape shape, NoFill) : dtype_(dtype), shape_(std::mo
   std::memset(p + bytes, 0, alloc - bytes);  // padding: never garbage
   owner_ = std::shared_ptr<void>(block, [](void* q) { std::free(q); });
   data_ = p;
+  allocated_here_ = true;
+}
+
+void* Tensor::exclusive_raw() {
+  // use_count() is exact here: every Tensor sharing the buffer holds owner_, and graphs are not
+  // edited from two threads at once.
+  if (!data_ || !allocated_here_ || owner_.use_count() != 1) return nullptr;
+  ++generation_;
+  return data_;
 }
 
 Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {

@@ -49,6 +49,14 @@ class Tensor {
 
   void* raw() { return data_; }
   const void* raw() const { return data_; }
+  // The buffer, to be rewritten in place, or null when it may be seen elsewhere: another Tensor
+  // shares it (a copy of this one: a copied graph, the caller's original model, a reshaped view)
+  // or nnfuse did not allocate it (wrap: a NumPy array, a mapped file). A pass that replaces a
+  // weight by a same-size function of itself (folding a per-channel scale) writes through it
+  // instead of allocating and faulting in a second weight. Each call moves generation() on:
+  // hashes that identify big weights by their buffer see the change.
+  void* exclusive_raw();
+  uint64_t generation() const { return generation_; }
   // Typed access; throws Invalid if T does not match dtype().
   template <class T> T* data();
   template <class T> const T* data() const;
@@ -73,6 +81,8 @@ class Tensor {
   Shape shape_;
   std::shared_ptr<void> owner_;
   void* data_ = nullptr;
+  bool allocated_here_ = false;  // owner_ is a buffer this class allocated (not wrap())
+  uint64_t generation_ = 0;      // in-place rewrites through exclusive_raw()
   void check(DType want) const;
   struct NoFill {};
   Tensor(DType dtype, Shape shape, NoFill);

@@ -220,9 +220,10 @@ struct Hasher {
     u64(uint64_t(t.dtype()));
     for (auto d : t.shape()) u64(uint64_t(d));
     // Small tensors by content (folded constants are new buffers with equal data); large ones
-    // by identity: passes never mutate weights in place, they create new ones.
+    // by identity: a pass creates a new weight, or rewrites one in place through
+    // Tensor::exclusive_raw, which moves its generation on.
     if (t.nbytes() <= 4096) bytes(t.raw(), t.nbytes());
-    else u64(reinterpret_cast<uintptr_t>(t.raw()));
+    else u64(reinterpret_cast<uintptr_t>(t.raw())), u64(t.generation());
   }
 };
 

@@ -71,13 +71,11 @@ bool conv_fits(const Graph& g, const Node& conv, const BnParams& p, bool transpo
   return true;
 }
 
-// The conv weight scaled per output channel.
-Tensor scaled_conv_weight(const Tensor& W, const BnParams& p, int64_t group, bool transpose) {
-  // One pass: each scaled element is written straight into the new (unfilled) weight.
-  Tensor W2 = Tensor::uninitialized(DType::Float32, W.shape());
-  const float* src = W.data<float>();
-  float* w = W2.data<float>();
-  int64_t d0 = W.dim(0), d1 = W.dim(1), inner = W.numel() / (d0 * d1);
+// Writes the conv weight `src` scaled per output channel into `dst` (which may be `src`: every
+// element is read once, at the index it is written to).
+void scale_conv_weight(const Shape& shape, const float* src, float* dst, const BnParams& p, int64_t group,
+                       bool transpose) {
+  int64_t d0 = shape[0], d1 = shape[1], inner = shape_numel(shape) / (d0 * d1);
   if (!transpose) {
     // Conv: W[m] (all of its d1 * inner elements) scales by a[m]; one contiguous, vectorisable
     // run per output channel (a 1x1 conv's innermost dimension alone is a single element).
@@ -85,7 +83,7 @@ Tensor scaled_conv_weight(const Tensor& W, const BnParams& p, int64_t group, boo
     for (int64_t m = 0; m < d0; ++m) {
       const float a = p.a[size_t(m)];
       const float* s = src + m * run;
-      float* d = w + m * run;
+      float* d = dst + m * run;
       for (int64_t k = 0; k < run; ++k) d[k] = s[k] * a;
     }
   } else {
@@ -94,41 +92,58 @@ Tensor scaled_conv_weight(const Tensor& W, const BnParams& p, int64_t group, boo
         int64_t m = (i / (d0 / group)) * d1 + j;
         float a = p.a[size_t(m)];
         int64_t row = (i * d1 + j) * inner;
-        for (int64_t k = 0; k < inner; ++k) w[row + k] = src[row + k] * a;
+        for (int64_t k = 0; k < inner; ++k) dst[row + k] = src[row + k] * a;
       }
   }
-  return W2;
 }
 
-std::optional<Folded> fold_conv(Graph& g, const Node& conv, const BnParams& p, bool transpose) {
+// Scales the columns (output features) of a [K, M] matrix, or the rows of an [M, K] one; `dst`
+// may be `src`.
+void scale_features(const Shape& shape, const float* src, float* dst, const std::vector<float>& a, bool features_first) {
+  int64_t R = shape[0], Ccols = shape[1];
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < Ccols; ++c) dst[r * Ccols + c] = src[r * Ccols + c] * a[size_t(features_first ? r : c)];
+}
+
+// The anchor's weight `name` with `scale(src, dst)` applied; returns the name the new anchor
+// reads. In place when the anchor is its only reader and nothing else can see its buffer
+// (Graph::initializer_data_for_update): the weight keeps its name, and no second copy of it is
+// allocated and faulted in (ResNet-50: 100 MB of conv weights). Otherwise a new initializer.
+template <class Scale>
+std::string scaled_weight(Graph& g, const std::string& name, const std::set<std::string>& body_reads, Scale scale) {
+  if (g.consumers(name).size() == 1 && !g.is_output(name) && !g.is_input(name) && !body_reads.count(name))
+    if (void* p = g.initializer_data_for_update(name)) {
+      scale(static_cast<const float*>(p), static_cast<float*>(p));
+      return name;
+    }
+  const Tensor& W = *g.constant_value(name);
+  Tensor W2 = Tensor::uninitialized(DType::Float32, W.shape());  // every element written next
+  scale(W.data<float>(), W2.data<float>());
+  return add_initializer(g, name + "_bnfold", std::move(W2));
+}
+
+std::optional<Folded> fold_conv(Graph& g, const Node& conv, const BnParams& p, bool transpose,
+                                const std::set<std::string>& body_reads) {
   if (!conv_fits(g, conv, p, transpose)) return std::nullopt;
   const Tensor* W = float_const(g, conv, 1);
   int64_t group = conv.attrs.get_int("group", 1);
   int64_t M = transpose ? W->dim(1) * group : W->dim(0);
   const Tensor* bias = conv.inputs.size() > 2 && !conv.inputs[2].empty() ? float_const(g, conv, 2) : nullptr;
-  Tensor W2 = scaled_conv_weight(*W, p, group, transpose);
   std::vector<float> b(static_cast<size_t>(M));
   auto bv = bias ? bias->to_float_vector() : std::vector<float>(size_t(M), 0.f);
   for (int64_t m = 0; m < M; ++m) b[size_t(m)] = bv[size_t(m)] * p.a[size_t(m)] + p.b[size_t(m)];
+  const Shape shape = W->shape();
+  std::string bias_hint = (bias ? conv.inputs[2] : conv.inputs[1]) + "_bnfold_bias";
   Folded f;
-  f.inputs = {conv.inputs[0], add_initializer(g, conv.inputs[1] + "_bnfold", W2),
-              add_initializer(g, (bias ? conv.inputs[2] : conv.inputs[1]) + "_bnfold_bias", Tensor::from_vector<float>({M}, b))};
+  f.inputs = {conv.inputs[0], scaled_weight(g, conv.inputs[1], body_reads, [&](const float* src, float* dst) {
+                scale_conv_weight(shape, src, dst, p, group, transpose);
+              }),
+              add_initializer(g, bias_hint, Tensor::from_vector<float>({M}, b))};
   f.attrs = conv.attrs;
   return f;
 }
 
-// Scales the columns (output features) of a [K, M] matrix, or the rows of an [M, K] one.
-Tensor scale_features(const Tensor& W, const std::vector<float>& a, bool features_first) {
-  Tensor W2 = Tensor::uninitialized(DType::Float32, W.shape());  // every element written below
-  const float* src = W.data<float>();
-  float* w = W2.data<float>();
-  int64_t R = W.dim(0), Ccols = W.dim(1);
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < Ccols; ++c) w[r * Ccols + c] = src[r * Ccols + c] * a[size_t(features_first ? r : c)];
-  return W2;
-}
-
-std::optional<Folded> fold_gemm(Graph& g, const Node& gemm, const BnParams& p) {
+std::optional<Folded> fold_gemm(Graph& g, const Node& gemm, const BnParams& p, const std::set<std::string>& body_reads) {
   const Tensor* B = float_const(g, gemm, 1);
   if (!B || B->rank() != 2) return std::nullopt;
   bool transB = gemm.attrs.get_int("transB", 0) != 0;
@@ -160,23 +175,30 @@ std::optional<Folded> fold_gemm(Graph& g, const Node& gemm, const BnParams& p) {
       nb[size_t(n * M + m)] = beta * c * p.a[size_t(m)] + p.b[size_t(m)];
     }
   Folded f;
-  f.inputs = {gemm.inputs[0], add_initializer(g, gemm.inputs[1] + "_bnfold", scale_features(*B, p.a, transB)),
-              add_initializer(g, gemm.inputs[1] + "_bnfold_bias",
-                              per_row ? Tensor::from_vector<float>({N, M}, nb) : Tensor::from_vector<float>({M}, nb))};
+  const Shape shape = B->shape();
+  std::string bias_hint = gemm.inputs[1] + "_bnfold_bias";
+  f.inputs = {gemm.inputs[0], scaled_weight(g, gemm.inputs[1], body_reads, [&](const float* src, float* dst) {
+                scale_features(shape, src, dst, p.a, transB);
+              }),
+              add_initializer(g, bias_hint, per_row ? Tensor::from_vector<float>({N, M}, nb) : Tensor::from_vector<float>({M}, nb))};
   f.attrs = gemm.attrs;
   f.attrs.set("beta", Attribute::make_float(1.0f));
   return f;
 }
 
-std::optional<Folded> fold_matmul(Graph& g, const Node& mm, const BnParams& p) {
+std::optional<Folded> fold_matmul(Graph& g, const Node& mm, const BnParams& p, const std::set<std::string>& body_reads) {
   const Tensor* W = float_const(g, mm, 1);
   if (!W || W->rank() != 2 || W->dim(1) != int64_t(p.a.size())) return std::nullopt;
   const TensorType& yt = g.type(mm.outputs[0]);
   if (yt.rank() != 2) return std::nullopt;  // BN's channel axis 1 is the feature axis only in 2-D
   int64_t M = W->dim(1);
   Folded f;
-  f.inputs = {mm.inputs[0], add_initializer(g, mm.inputs[1] + "_bnfold", scale_features(*W, p.a, false))};
-  f.add_bias = add_initializer(g, mm.inputs[1] + "_bnfold_bias", Tensor::from_vector<float>({M}, p.b));
+  const Shape shape = W->shape();
+  std::string bias_hint = mm.inputs[1] + "_bnfold_bias";
+  f.inputs = {mm.inputs[0], scaled_weight(g, mm.inputs[1], body_reads, [&](const float* src, float* dst) {
+                scale_features(shape, src, dst, p.a, false);
+              })};
+  f.add_bias = add_initializer(g, bias_hint, Tensor::from_vector<float>({M}, p.b));
   return f;
 }
 
@@ -197,10 +219,10 @@ bool apply(Graph& g, NodeId bn_id, const std::set<std::string>& body_reads) {
   NodeId anchor_id = *g.producer(bn.inputs[0]);
   Node anchor = g.node(anchor_id);
   std::optional<Folded> f;
-  if (anchor.op_type == "Conv") f = fold_conv(g, anchor, *params, false);
-  else if (anchor.op_type == "ConvTranspose") f = fold_conv(g, anchor, *params, true);
-  else if (anchor.op_type == "Gemm") f = fold_gemm(g, anchor, *params);
-  else f = fold_matmul(g, anchor, *params);
+  if (anchor.op_type == "Conv") f = fold_conv(g, anchor, *params, false, body_reads);
+  else if (anchor.op_type == "ConvTranspose") f = fold_conv(g, anchor, *params, true, body_reads);
+  else if (anchor.op_type == "Gemm") f = fold_gemm(g, anchor, *params, body_reads);
+  else f = fold_matmul(g, anchor, *params, body_reads);
   if (!f) return false;
   const std::string y = bn.outputs[0];
   g.remove_node(bn_id, /*drop_outputs=*/false);

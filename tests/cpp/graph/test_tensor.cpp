@@ -16,6 +16,23 @@ TEST_CASE("tensors share buffers on copy and clone deeply", "[tensor]") {
   REQUIRE(reinterpret_cast<uintptr_t>(a.raw()) % 64 == 0);
 }
 
+TEST_CASE("exclusive_raw hands out a buffer only its sole owner may rewrite", "[tensor]") {
+  Tensor a = Tensor::from_vector<float>({4}, {1, 2, 3, 4});
+  REQUIRE(a.generation() == 0);
+  REQUIRE(a.exclusive_raw() == a.raw());
+  REQUIRE(a.generation() == 1);  // hashes that key big weights by buffer see the rewrite
+  {
+    Tensor view = a.reshaped({2, 2});  // shares the buffer
+    REQUIRE(a.exclusive_raw() == nullptr);
+    REQUIRE(view.exclusive_raw() == nullptr);
+  }
+  REQUIRE(a.exclusive_raw() != nullptr);  // the view is gone
+  std::vector<float> outside = {1, 2};
+  Tensor wrapped = Tensor::wrap(DType::Float32, {2}, outside.data(), nullptr);  // not ours to write
+  REQUIRE(wrapped.exclusive_raw() == nullptr);
+  REQUIRE(Tensor().exclusive_raw() == nullptr);
+}
+
 TEST_CASE("typed access checks the dtype", "[tensor]") {
   Tensor a = Tensor::from_vector<int64_t>({3}, {1, 2, 3});
   REQUIRE_THROWS_AS(a.data<float>(), Error);

@@ -374,6 +374,67 @@ TEST_CASE("fold-batchnorm builds the graph rules-recognition's bn-into-conv rule
   require_same_outputs(before, gp, 1e-5, 1e-5);
 }
 
+// fold-batchnorm writes the scaled weight into the old one's buffer when nothing else can see it
+// (Graph::initializer_data_for_update); a copy of the model sharing the buffer must keep the
+// original values, and then the pass writes a new weight instead.
+namespace {
+Model conv_bn_model(const char* name) {
+  GraphBuilder b(name, 17, 13);
+  auto x = b.input("x", DType::Float32, {1, 16, 6, 6});
+  // 32*16*3*3 floats: 18 KiB, above the size the structural hash reads by content.
+  auto y = b.op("Conv", {x, b.weight("w", {32, 16, 3, 3}, 0.3f)}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  b.output(bn(b, y, 32));
+  return b.finish();
+}
+std::string conv_weight_name(const Graph& g) {
+  for (NodeId id : g.node_ids())
+    if (g.node(id).op_type == "Conv") return g.node(id).inputs[1];
+  return "";
+}
+}  // namespace
+
+TEST_CASE("fold-batchnorm scales a weight in place only when the graph alone holds it", "[passes]") {
+  Model m = conv_bn_model("bn_inplace");
+  const std::string w = conv_weight_name(m.graph);
+  const Tensor& before_w = m.graph.initializer(w);
+  const std::vector<float> original = before_w.to_float_vector();
+  TensorMap feeds = random_feeds(m.graph, 5);
+  TensorMap want = run_reference(m.graph, feeds);  // fresh output tensors: share nothing with m
+
+  SECTION("sole owner: the same buffer and name, scaled") {
+    const void* buffer = before_w.raw();
+    PassContext ctx = run_pipeline(m, "pass fold-batchnorm\n");
+    REQUIRE(ctx.rules_fired["fold-batchnorm"] == 1);
+    REQUIRE(conv_weight_name(m.graph) == w);
+    REQUIRE(m.graph.initializer(w).raw() == buffer);
+    REQUIRE(m.graph.initializer(w).to_float_vector() != original);
+    TensorMap got = run_reference(m.graph, feeds);
+    auto gv = got.begin()->second.to_float_vector(), wv = want.begin()->second.to_float_vector();
+    for (size_t i = 0; i < wv.size(); ++i) REQUIRE(std::fabs(gv[i] - wv[i]) <= 1e-5f + 1e-5f * std::fabs(wv[i]));
+  }
+  SECTION("a copy shares the buffer: it keeps its values, the pass writes a new weight") {
+    Model copy = m;
+    PassContext ctx = run_pipeline(m, "pass fold-batchnorm\n");
+    REQUIRE(ctx.rules_fired["fold-batchnorm"] == 1);
+    REQUIRE(conv_weight_name(m.graph) != w);
+    REQUIRE(copy.graph.initializer(w).to_float_vector() == original);
+    require_same_outputs(copy.graph, m.graph, 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("the structural hash sees a large weight rewritten in place", "[passes]") {
+  Model m = conv_bn_model("hash_inplace");
+  const std::string w = conv_weight_name(m.graph);
+  uint64_t h0 = structural_hash(m.graph);
+  REQUIRE(structural_hash(m.graph) == h0);
+  float* p = static_cast<float*>(m.graph.initializer_data_for_update(w));
+  REQUIRE(p);
+  p[100] += 1.0f;
+  REQUIRE(structural_hash(m.graph) != h0);
+  Model copy = m;  // now shared: no in-place access
+  REQUIRE(m.graph.initializer_data_for_update(w) == nullptr);
+}
+
 // ---------------------------------------------------------------- combine-parallel-*
 TEST_CASE("combine-parallel-matmul merges Q, K, V projections with their biases", "[passes]") {
   for (int64_t opset : {11, 13, 17}) {
