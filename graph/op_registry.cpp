@@ -1,6 +1,7 @@
 #include "graph/op_registry.h"
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 
 namespace nnfuse {
@@ -54,21 +55,32 @@ void OpRegistry::add(OpSchema s) {
   std::string k = key(s.domain, s.name);
   if (ops_.count(k)) fail(ErrorKind::Invalid, "op " + s.name + " registered twice");
   if (!s.infer || !s.kernel) fail(ErrorKind::Invalid, "op " + s.name + " needs an inference function and a kernel");
-  ops_.emplace(k, std::move(s));
+  bool default_domain = s.domain.empty() || s.domain == "ai.onnx";
+  std::string name = s.name;
+  const OpSchema& stored = ops_.emplace(k, std::move(s)).first->second;  // node-based: stays put
+  if (default_domain) default_ops_.emplace(std::move(name), &stored);
 }
 
 const OpSchema* OpRegistry::find(const std::string& domain, const std::string& op) const {
+  if (domain.empty() || domain == "ai.onnx") {  // nearly every lookup: by name, no key to build
+    auto it = default_ops_.find(op);
+    return it == default_ops_.end() ? nullptr : it->second;
+  }
   auto it = ops_.find(key(domain, op));
   return it == ops_.end() ? nullptr : &it->second;
 }
 
 const OpSchema& OpRegistry::get(const Node& n, int64_t opset) const {
+  // Runs for every node in every pass that asks for a schema: the error context (the node's label)
+  // is built only when there is an error to report.
   const OpSchema* s = find(n.domain, n.op_type);
-  auto ctx = node_ctx(n, opset);
-  if (!s) fail(ErrorKind::Unsupported, "op " + (n.domain.empty() ? "" : n.domain + ".") + n.op_type + " is not supported", ctx);
+  if (!s)
+    fail(ErrorKind::Unsupported, "op " + (n.domain.empty() ? "" : n.domain + ".") + n.op_type + " is not supported",
+         node_ctx(n, opset));
   if (opset < s->since || opset > s->until)
     fail(ErrorKind::Unsupported, "op " + n.op_type + " is supported for opsets " + std::to_string(s->since) + " to " +
-                                     std::to_string(s->until) + ", not opset " + std::to_string(opset), ctx);
+                                     std::to_string(s->until) + ", not opset " + std::to_string(opset),
+         node_ctx(n, opset));
   return *s;
 }
 
@@ -91,26 +103,60 @@ const OpRegistry& OpRegistry::global() {
   return *reg;
 }
 
-static std::vector<TensorType> types_of(const Graph& g, const std::vector<std::string>& names) {
-  std::vector<TensorType> r;
-  for (auto& n : names) r.push_back(n.empty() || !g.has_value(n) ? TensorType{} : g.type(n));
-  return r;
-}
+namespace {
+// node_flops and node_mapping_type run for every node several times per optimize (classification,
+// the FLOP counts of the report, fusion planning), and the schema functions take the types as
+// vectors. Copying them into fresh vectors allocated for every call (a TensorType owns its dims);
+// instead each call leases per-thread vectors whose copy-assignment reuses their capacity. Leases
+// nest: an If/Loop FLOP function calls node_flops on its body while the outer lease is in use.
+struct NodeTypes {
+  std::vector<TensorType> ins, outs;
+};
+thread_local std::vector<std::unique_ptr<NodeTypes>> node_types_pool;
+thread_local size_t node_types_depth = 0;
+
+class NodeTypesLease {
+ public:
+  NodeTypesLease(const Graph& g, const Node& n) {
+    if (node_types_pool.size() <= node_types_depth) node_types_pool.push_back(std::make_unique<NodeTypes>());
+    t_ = node_types_pool[node_types_depth++].get();
+    fill(g, n.inputs, t_->ins);
+    fill(g, n.outputs, t_->outs);
+  }
+  ~NodeTypesLease() { --node_types_depth; }
+  NodeTypesLease(const NodeTypesLease&) = delete;
+  NodeTypesLease& operator=(const NodeTypesLease&) = delete;
+  const std::vector<TensorType>& ins() const { return t_->ins; }
+  const std::vector<TensorType>& outs() const { return t_->outs; }
+
+ private:
+  NodeTypes* t_;
+  static void fill(const Graph& g, const std::vector<std::string>& names, std::vector<TensorType>& r) {
+    static const TensorType unknown{};
+    r.resize(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      const Value* v = names[i].empty() ? nullptr : g.find_value(names[i]);
+      r[i] = v ? v->type : unknown;
+    }
+  }
+};
+}  // namespace
 
 MappingType node_mapping_type(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
   const OpSchema& s = OpRegistry::global().get(n, g.opset(n.domain));
-  if (s.mapping_fn) return s.mapping_fn(n, types_of(g, n.inputs), types_of(g, n.outputs));
-  return s.mapping;
+  if (!s.mapping_fn) return s.mapping;
+  NodeTypesLease t(g, n);
+  return s.mapping_fn(n, t.ins(), t.outs());
 }
 
 double node_flops(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
   const OpSchema& s = OpRegistry::global().get(n, g.opset(n.domain));
-  auto ins = types_of(g, n.inputs), outs = types_of(g, n.outputs);
-  if (s.flops) return s.flops(n, ins, outs);
+  NodeTypesLease t(g, n);
+  if (s.flops) return s.flops(n, t.ins(), t.outs());
   double total = 0;
-  for (auto& o : outs)
+  for (auto& o : t.outs())
     if (auto k = o.numel()) total += double(*k);
   return total;
 }

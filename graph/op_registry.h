@@ -81,6 +81,8 @@ class OpRegistry {
   // The registry of every built-in op (built once, thread-safe).
   static const OpRegistry& global();
   OpRegistry() = default;
+  OpRegistry(const OpRegistry&) = delete;  // default_ops_ points into ops_
+  OpRegistry& operator=(const OpRegistry&) = delete;
   void add(OpSchema s);  // throws Invalid on a duplicate name
   const OpSchema* find(const std::string& domain, const std::string& op) const;
   // The schema for a node at the given opset; throws Unsupported naming the node, op and opset.
@@ -90,6 +92,7 @@ class OpRegistry {
 
  private:
   std::unordered_map<std::string, OpSchema> ops_;  // key: domain + "::" + name
+  std::unordered_map<std::string, const OpSchema*> default_ops_;  // the ai.onnx ones by name, into ops_
 };
 
 // Mapping type / FLOPs of a node in its graph (types from the graph's values).

@@ -179,6 +179,7 @@ GraphFeatures extract_features(const Graph& g) {
       }
     }
   }
+  f.flops = total_flops;
   if (total_flops > 0) {
     f.conv_flop_share = conv_flops / total_flops;
     f.matmul_flop_share = mm_flops / total_flops;

@@ -31,6 +31,7 @@ struct GraphFeatures {
   int decomposed_layer_norms = 0;  // ReduceMean -> Sub -> Pow/Mul -> ReduceMean chains
   int embeddings = 0;          // Gather from a 2-D weight with integer indices
   double conv_flop_share = 0, matmul_flop_share = 0, recurrent_flop_share = 0;
+  double flops = 0;            // FLOPs of the operators whose shapes allow a count (a lower bound)
   std::map<std::string, int> histogram;  // op type -> count
 };
 

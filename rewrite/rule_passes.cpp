@@ -14,10 +14,19 @@ namespace nnfuse {
 
 namespace fs = std::filesystem;
 
+static std::string find_shipped_rules_dir();
+
 std::string shipped_rules_dir() {
   // $NNFUSE_DATA_DIR holds rules/ (and rules/pipelines/): the Python package points it at its data.
   if (const char* env = std::getenv("NNFUSE_DATA_DIR"); env && *env) return (fs::path(env) / "rules").string();
   if (const char* env = std::getenv("NNFUSE_RULES_DIR"); env && *env) return env;
+  // Without either variable the answer depends only on where this executable and source tree
+  // are: found once (each lookup is several file-system calls, and every optimize asks).
+  static const std::string found = find_shipped_rules_dir();
+  return found;
+}
+
+std::string find_shipped_rules_dir() {
   std::vector<fs::path> candidates;
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);

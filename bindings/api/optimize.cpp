@@ -98,8 +98,8 @@ OptimizeResult optimize(Model& m, const OptimizeOptions& opt) {
   OptimizeResult r;
   Graph& g = m.graph;
   size_t ops_before = count_operators(g);
-  double flops_before = total_flops(g);
   r.classification = classify(g);
+  double flops_before = r.classification.features.flops;  // total_flops(g), counted while classifying
   r.pipeline = resolve_pipeline(opt.pipeline, opt.pipeline_file, r.classification);
 
   PassContext ctx;
