@@ -15,6 +15,10 @@
 Usage:
   python3 bench/pipelines.py [--cli build-x/bindings/nnfuse] [--write] [--repeats 3]
                              [--only resnet_tiny,bert_tiny] [--json-out results.json] [--md-out table.md]
+  python3 bench/pipelines.py --latency-only [--latency all|tiny|full-size|ID,ID] [--latency-runs 20]
+                             [--latency-runs-big 5] [--latency-rounds 3]
+                             [--latency-rounds-big 3] [--latency-threads 1] [--json-out lat.json]
+    (just export + `nnfuse run --target host` of full and the class pipeline, interleaved; wall and CPU ms)
 """
 from __future__ import annotations
 
@@ -234,12 +238,134 @@ def write_pipeline(cls: str, c: dict, full_order: list[str]) -> None:
     (ROOT / "rules" / "pipelines" / f"{cls}.pipeline").write_text("\n".join(lines) + "\n")
 
 
-def latency(cli: str, model: Path, pipeline: str, runs: int) -> float | None:
+def latency(cli: str, model: Path, pipeline: str, runs: int, threads: int | None = None) -> float | None:
     r = sh([cli, "run", str(model), "--target", "host", "--pipeline", pipeline, "--no-profile", "--seed", "0",
-            "--runs", str(runs), "--json"], timeout=1800)
+            "--runs", str(runs), *(["--threads", str(threads)] if threads is not None else []), "--json"], timeout=1800)
     if r.returncode != 0:
         return None
     return json.loads(r.stdout).get("latency_ms", {}).get("median")
+
+
+def run_host(cli: str, model: Path, pipeline: str, runs: int, threads: int) -> dict:
+    """One `nnfuse run --target host` process: the median wall latency and the median process CPU time
+    per run (cpu_ms: user + system of the whole process, so all its threads), its kernels and the
+    hash of its compiled kernels (equal hashes: the very same code, so any latency gap is noise)."""
+    r = sh([cli, "run", str(model), "--target", "host", "--pipeline", pipeline, "--no-profile", "--seed", "0",
+            "--runs", str(runs), "--threads", str(threads), "--json"], timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"run {model} --pipeline {pipeline}: {r.stderr.strip()}")
+    d = json.loads(r.stdout)
+    build = d.get("compile", {}).get("build", {})
+    return {"latency_ms": d["latency_ms"]["median"], "cpu_ms": d["cpu_ms"]["median"], "kernels": d["kernels"],
+            "hash": build.get("hash"), "cache_hit": build.get("cache_hit"), "threads_used": d.get("threads_used")}
+
+
+def latency_interleaved(cli: str, model: Path, pipelines: list[str], runs: int, rounds: int, threads: int) -> list[dict]:
+    """`rounds` rounds of one `nnfuse run --runs RUNS` process per pipeline, in turn (ABAB), so load
+    changes on a shared machine hit every pipeline alike; per pipeline the median over the rounds of
+    each process's median wall latency and CPU time."""
+    per: list[list[dict]] = [[] for _ in pipelines]
+    for _ in range(rounds):
+        for i, p in enumerate(pipelines):
+            per[i].append(run_host(cli, model, p, runs, threads))
+    out = []
+    for p, rs in zip(pipelines, per):
+        out.append({"pipeline": p, "kernels": rs[0]["kernels"], "hash": rs[0]["hash"],
+                    "latency_ms": statistics.median(r["latency_ms"] for r in rs),
+                    "cpu_ms": statistics.median(r["cpu_ms"] for r in rs),
+                    # The fastest process: on a shared machine a process's speed can shift as a whole
+                    # (neighbours' load), so the fastest round is the other estimate of the code's own speed.
+                    "latency_ms_min": min(r["latency_ms"] for r in rs), "cpu_ms_min": min(r["cpu_ms"] for r in rs),
+                    "latency_ms_rounds": [r["latency_ms"] for r in rs], "cpu_ms_rounds": [r["cpu_ms"] for r in rs],
+                    "cache_hits": [r["cache_hit"] for r in rs], "threads_used": rs[0]["threads_used"]})
+    return out
+
+
+def latency_selected(spec: str, m: dict) -> bool:
+    """--latency: `all`, `tiny`, `full-size`, or comma-separated model ids (name@opset)."""
+    if spec == "all":
+        return True
+    if spec in ("tiny", "full-size"):
+        return m["tiny"] == (spec == "tiny")
+    return m["id"] in spec.split(",")
+
+
+def latency_only(a, models: list[dict]) -> int:
+    """--latency-only: export + latency of full vs the class pipeline, nothing else (no optimizer timing,
+    no weight check). Tiny models first, so a run cut short still has results; the JSON is rewritten
+    after every model."""
+    threads = a.latency_threads if a.latency_threads is not None else 1
+    rows = []
+    todo = sorted((m for m in models if latency_selected(a.latency or "all", m)), key=lambda m: not m["tiny"])
+    for m in todo:
+        cls_pipe = m["class"] if m["class"] != "generic" else "full"
+        runs = a.latency_runs if m["tiny"] else (a.latency_runs_big or a.latency_runs)
+        rounds = a.latency_rounds if m["tiny"] else (a.latency_rounds_big or a.latency_rounds)
+        t0 = time.time()
+        f, c = latency_interleaved(a.cli, m["path"], ["full", cls_pipe], runs, rounds, threads)
+        row = {"id": m["id"], "class": m["class"], "tiny": m["tiny"], "class_pipeline": cls_pipe, "runs": runs,
+               "rounds": rounds, "threads": threads, "threads_used": f["threads_used"],
+               "kernels_full": f["kernels"], "kernels_class": c["kernels"], "same_kernel_code": f["hash"] == c["hash"],
+               "hash_full": f["hash"], "hash_class": c["hash"],
+               "latency_ms_full": f["latency_ms"], "latency_ms_class": c["latency_ms"],
+               "cpu_ms_full": f["cpu_ms"], "cpu_ms_class": c["cpu_ms"],
+               "latency_ratio": c["latency_ms"] / f["latency_ms"] if f["latency_ms"] else None,
+               "cpu_ratio": c["cpu_ms"] / f["cpu_ms"] if f["cpu_ms"] else None,
+               "latency_ms_min_full": f["latency_ms_min"], "latency_ms_min_class": c["latency_ms_min"],
+               "cpu_ms_min_full": f["cpu_ms_min"], "cpu_ms_min_class": c["cpu_ms_min"],
+               "cpu_ratio_min": c["cpu_ms_min"] / f["cpu_ms_min"] if f["cpu_ms_min"] else None,
+               # The median of the per-round ratios: the machine runs in slower phases lasting minutes that
+               # hit a round's full and class processes alike, so pairing each round cancels them where the
+               # per-pipeline medians can land in different phases.
+               "latency_ratio_paired": statistics.median(y / x for x, y in zip(f["latency_ms_rounds"], c["latency_ms_rounds"]) if x),
+               "cpu_ratio_paired": statistics.median(y / x for x, y in zip(f["cpu_ms_rounds"], c["cpu_ms_rounds"]) if x),
+               "latency_ms_rounds_full": f["latency_ms_rounds"], "latency_ms_rounds_class": c["latency_ms_rounds"],
+               "cpu_ms_rounds_full": f["cpu_ms_rounds"], "cpu_ms_rounds_class": c["cpu_ms_rounds"],
+               "cache_hits_full": f["cache_hits"], "cache_hits_class": c["cache_hits"], "seconds": time.time() - t0}
+        rows.append(row)
+        print(f"  {m['id']:24s} kernels {f['kernels']}/{c['kernels']}  wall ms {f['latency_ms']:.3f} / {c['latency_ms']:.3f} "
+              f"(x{row['latency_ratio']:.3f})  cpu ms {f['cpu_ms']:.3f} / {c['cpu_ms']:.3f} (x{row['cpu_ratio']:.3f})  "
+              f"paired wall x{row['latency_ratio_paired']:.3f} cpu x{row['cpu_ratio_paired']:.3f}  same code {row['same_kernel_code']}  {row['seconds']:.0f} s", file=sys.stderr, flush=True)
+        if a.json_out:
+            Path(a.json_out).write_text(json.dumps({"latency": rows}, indent=1, default=str))
+    md = render_latency(rows)
+    print(md)
+    if a.md_out:
+        Path(a.md_out).write_text(md)
+    return 0
+
+
+def render_latency(rows: list[dict]) -> str:
+    out = ["### Latency, full vs class pipeline (`nnfuse run --target host`; medians over the interleaved rounds of each process's median)\n",
+           "| model@opset | class pipeline | kernels full / class | same kernel code | runs x rounds | wall ms full / class | class/full wall | "
+           "CPU ms full / class | class/full CPU | fastest round CPU ms full / class | class/full | "
+           "paired class/full wall / CPU |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['id']} | {r['class_pipeline']} | {r['kernels_full']} / {r['kernels_class']} | "
+                   f"{'yes' if r['same_kernel_code'] else 'NO'} | {r['runs']} x {r['rounds']} | "
+                   f"{r['latency_ms_full']:.3f} / {r['latency_ms_class']:.3f} | {r['latency_ratio']:.3f} | "
+                   f"{r['cpu_ms_full']:.3f} / {r['cpu_ms_class']:.3f} | {r['cpu_ratio']:.3f} | "
+                   f"{r['cpu_ms_min_full']:.3f} / {r['cpu_ms_min_class']:.3f} | {r['cpu_ratio_min']:.3f} | "
+                   f"{r['latency_ratio_paired']:.3f} / {r['cpu_ratio_paired']:.3f} |")
+    if rows:
+        lr = [r["latency_ratio"] for r in rows]
+        cr = [r["cpu_ratio"] for r in rows]
+        worst_l = max(rows, key=lambda r: r["latency_ratio"])
+        worst_c = max(rows, key=lambda r: r["cpu_ratio"])
+        slow = [r["id"] for r in rows if r["cpu_ratio"] > 1.02 or r["cpu_ratio_paired"] > 1.02]
+        mr = [r["cpu_ratio_min"] for r in rows]
+        pl = [r["latency_ratio_paired"] for r in rows]
+        pc = [r["cpu_ratio_paired"] for r in rows]
+        out.append("")
+        out.append(f"{len(rows)} models. class/full wall latency: mean {statistics.mean(lr):.3f}, worst {worst_l['latency_ratio']:.3f} "
+                   f"({worst_l['id']}); CPU time: mean {statistics.mean(cr):.3f}, worst {worst_c['cpu_ratio']:.3f} ({worst_c['id']}); "
+                   f"fastest-round CPU time: mean {statistics.mean(mr):.3f}, worst {max(mr):.3f}; median per-round ratio, wall: mean "
+                   f"{statistics.mean(pl):.3f}, worst {max(pl):.3f}; CPU: mean {statistics.mean(pc):.3f}, worst {max(pc):.3f} "
+                   f"({max(rows, key=lambda r: r['cpu_ratio_paired'])['id']}). "
+                   f"Class more than 2% slower on CPU time (medians or paired): {', '.join(slow) or 'none'}. "
+                   f"Models whose class and full kernels differ in code: {', '.join(r['id'] for r in rows if not r['same_kernel_code']) or 'none'}.")
+    return "\n".join(out) + "\n"
 
 
 def main() -> int:
@@ -249,8 +375,18 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--write", action="store_true", help="write the derived rules/pipelines/<class>.pipeline files")
-    ap.add_argument("--latency", default="", help="comma-separated model ids (name@opset) to time with nnfuse run --target host")
+    ap.add_argument("--latency", default="",
+                    help="models to time with nnfuse run --target host: comma-separated ids (name@opset), all, tiny or full-size")
     ap.add_argument("--latency-runs", type=int, default=10)
+    ap.add_argument("--latency-only", action="store_true",
+                    help="export and time full vs the class pipeline with nnfuse run only (wall and CPU ms, interleaved "
+                         "rounds); no optimizer timing, no weight check. Models: --latency (default all)")
+    ap.add_argument("--latency-rounds", type=int, default=3, help="--latency-only: interleaved full/class rounds")
+    ap.add_argument("--latency-runs-big", type=int, default=0, help="--latency-only: --runs for full-size models (default --latency-runs)")
+    ap.add_argument("--latency-rounds-big", type=int, default=0,
+                    help="--latency-only: rounds for full-size models (default --latency-rounds)")
+    ap.add_argument("--latency-threads", type=int, default=None,
+                    help="--threads of nnfuse run (default: 1 with --latency-only, else the CLI's default)")
     ap.add_argument("--json-out", default="")
     ap.add_argument("--no-weight-check", action="store_true",
                     help="skip exporting the rewritten model of full and of the class pipeline to compare their weights")
@@ -261,6 +397,8 @@ def main() -> int:
                   if l.strip().startswith("pass ")]
 
     models = export_models(a.cli, Path(a.cache), only)
+    if a.latency_only:
+        return latency_only(a, models)
     full_runs = {}
     for m in models:
         full_runs[m["id"]] = timed(a.cli, m["path"], "full", 1)  # which passes change the IR (deterministic)
@@ -293,9 +431,9 @@ def main() -> int:
         if not a.no_weight_check:
             with tempfile.TemporaryDirectory() as tmp:
                 row["same_weights_class"] = same_weights(a.cli, m["path"], ["full", cls_pipe], Path(tmp))
-        if a.latency and m["id"] in a.latency.split(","):
-            row["latency_ms_full"] = latency(a.cli, m["path"], "full", a.latency_runs)
-            row["latency_ms_class"] = latency(a.cli, m["path"], cls_pipe, a.latency_runs)
+        if a.latency and latency_selected(a.latency, m):
+            row["latency_ms_full"] = latency(a.cli, m["path"], "full", a.latency_runs, a.latency_threads)
+            row["latency_ms_class"] = latency(a.cli, m["path"], cls_pipe, a.latency_runs, a.latency_threads)
         rows.append(row)
         print(f"  {m['id']:24s} kernels full {f['kernels']} class {c['kernels']} auto {au['kernels']}  "
               f"pass ms {f['pass_ms']:.1f} -> {c['pass_ms']:.1f}  optimize ms {f['optimize_ms']:.1f} -> {c['optimize_ms']:.1f}",
