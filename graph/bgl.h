@@ -44,13 +44,19 @@ struct GraphImpl {
   NodeId next_id = 0;
   uint64_t name_counter = 0;
   // Changes on every edit that can change who produces a value or what a body of this graph reads
-  // from outside it; nothing is cached against it but BodyReadEdges.
+  // from outside it; BodyReadEdges and the topological order are cached against it.
   uint64_t revision = next_graph_revision();
   // Nodes that hold (or, after attrs(id), may hold) subgraph attributes. Empty for almost every
   // graph: then there are no body-read edges and the queries pay nothing for them.
   std::set<NodeId> body_holders;
   mutable std::mutex body_reads_mutex;
   mutable BodyReadEdges body_reads;
+  // topo_order's last result and the stamp (as BodyReadEdges::stamp) it was computed for: every
+  // pass's structural hash and most passes walk the graph in that order, usually unchanged since
+  // the last walk. Empty stamp: nothing cached.
+  mutable std::mutex topo_mutex;
+  mutable std::vector<uint64_t> topo_stamp;
+  mutable std::vector<NodeId> topo;
 
   Vertex vertex(NodeId id) const;
   void touch() { revision = next_graph_revision(); }

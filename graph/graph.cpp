@@ -521,9 +521,20 @@ static std::vector<NodeId> kahn(const Graph& graph, std::vector<NodeId>* leftove
 }
 
 std::vector<NodeId> Graph::topo_order() const {
+  const GraphImpl& I = *impl_;
+  std::vector<uint64_t> stamp;
+  stamp_of(*this, stamp);
+  {
+    std::lock_guard<std::mutex> lock(I.topo_mutex);
+    if (I.topo_stamp == stamp) return I.topo;
+  }
   std::vector<NodeId> left;
   auto order = kahn(*this, &left);
-  if (!left.empty()) {
+  if (left.empty()) {
+    std::lock_guard<std::mutex> lock(I.topo_mutex);
+    I.topo = order;
+    I.topo_stamp = std::move(stamp);
+  } else {
     std::vector<NodeId> cyc;
     has_cycle(&cyc);
     const Node& n = node(cyc.empty() ? left.front() : cyc.front());
@@ -535,6 +546,13 @@ std::vector<NodeId> Graph::topo_order() const {
 }
 
 bool Graph::has_cycle(std::vector<NodeId>* cycle) const {
+  {
+    // A topological order cached for this very graph: it has none.
+    std::vector<uint64_t> stamp;
+    stamp_of(*this, stamp);
+    std::lock_guard<std::mutex> lock(impl_->topo_mutex);
+    if (impl_->topo_stamp == stamp) return false;
+  }
   std::vector<NodeId> left;
   kahn(*this, &left);
   if (left.empty()) return false;

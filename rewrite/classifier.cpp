@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "graph/op_registry.h"
@@ -64,27 +67,74 @@ bool triangular_constant(const Tensor& t) {
   return true;
 }
 
-// Do two values descend from a common non-constant ancestor within a few steps? (residual joins)
-std::unordered_set<std::string> ancestors(const Graph& g, const std::string& v, int depth) {
-  std::unordered_set<std::string> seen;
-  std::vector<std::pair<std::string, int>> stack{{v, 0}};
-  while (!stack.empty()) {
-    auto [x, d] = stack.back();
-    stack.pop_back();
-    if (!seen.insert(x).second || d >= depth) continue;
-    if (auto p = g.producer(x))
-      for (auto& i : g.node(*p).inputs)
-        if (!i.empty() && !is_constant(g, i)) stack.push_back({i, d + 1});
+// Residual joins: do two values meet after diverging, i.e. is the second an ancestor of the
+// first, or do they share a non-constant ancestor, within `depth` producer steps? The value graph
+// is indexed once per classification (each edge's constness decided once), and each walk marks
+// what it reaches with a fresh stamp instead of building a set of names: a BERT-base export has
+// ~100 candidate Adds, each walking up to 24 steps.
+class ResidualWalker {
+ public:
+  explicit ResidualWalker(const Graph& g) {
+    for (NodeId nid : g.node_ids()) {
+      const Node& n = g.node(nid);
+      std::vector<int> reads;
+      for (auto& i : n.inputs)
+        if (!i.empty() && !is_constant(g, i)) reads.push_back(index(i));
+      for (auto& o : n.outputs)
+        if (!o.empty()) reads_[size_t(index(o))] = reads;
+    }
+    mark_a_.assign(reads_.size(), 0);
+    mark_b_.assign(reads_.size(), 0);
   }
-  return seen;
-}
+
+  bool joins(const std::string& a, const std::string& b) {
+    const int ia = index(a), ib = index(b);
+    ++stamp_;
+    walk(ia, mark_a_, nullptr);
+    if (mark_a_[size_t(ib)] == stamp_) return true;  // identity shortcut: b feeds a
+    reached_b_.clear();
+    walk(ib, mark_b_, &reached_b_);
+    for (int x : reached_b_)
+      if (x != ib && mark_a_[size_t(x)] == stamp_) return true;
+    return false;
+  }
+
+ private:
+  static constexpr int kDepth = 24;
+  std::unordered_map<std::string_view, int> ids_;  // views into the graph's names (const here)
+  std::vector<std::vector<int>> reads_;             // value -> non-constant inputs of its producer
+  std::vector<uint32_t> mark_a_, mark_b_;
+  std::vector<int> reached_b_;
+  std::vector<std::pair<int, int>> stack_;
+  uint32_t stamp_ = 0;
+
+  int index(std::string_view v) {
+    auto [it, added] = ids_.emplace(v, int(reads_.size()));
+    if (added) reads_.emplace_back();
+    return it->second;
+  }
+  // Depth-first from v, a value counted when first popped and expanded only below kDepth (as
+  // the name-set walk it replaces did, so the features are unchanged).
+  void walk(int v, std::vector<uint32_t>& mark, std::vector<int>* reached) {
+    stack_.assign(1, {v, 0});
+    while (!stack_.empty()) {
+      auto [x, d] = stack_.back();
+      stack_.pop_back();
+      if (mark[size_t(x)] == stamp_) continue;
+      mark[size_t(x)] = stamp_;
+      if (reached) reached->push_back(x);
+      if (d >= kDepth) continue;
+      for (int i : reads_[size_t(x)]) stack_.push_back({i, d + 1});
+    }
+  }
+};
 
 }  // namespace
 
 GraphFeatures extract_features(const Graph& g) {
   GraphFeatures f;
   double total_flops = 0, conv_flops = 0, mm_flops = 0, rec_flops = 0;
-  std::unordered_set<NodeId> seen_softmax;
+  std::optional<ResidualWalker> residual;  // built at the first candidate join
   for (NodeId id : g.node_ids()) {
     const Node& n = g.node(id);
     if (n.op_type == "Constant") continue;
@@ -168,14 +218,8 @@ GraphFeatures extract_features(const Graph& g) {
       if (a.has_shape && a == b && a.rank() >= 3) {
         // Two activations of one shape that meet after diverging: the second input is an
         // ancestor of the first (identity shortcut), or they share an ancestor.
-        auto anc_a = ancestors(g, n.inputs[0], 24);
-        if (anc_a.count(n.inputs[1])) ++f.residual_joins;
-        else {
-          auto anc_b = ancestors(g, n.inputs[1], 24);
-          bool shared = false;
-          for (auto& x : anc_b) shared |= anc_a.count(x) && x != n.inputs[1];
-          if (shared) ++f.residual_joins;
-        }
+        if (!residual) residual.emplace(g);
+        if (residual->joins(n.inputs[0], n.inputs[1])) ++f.residual_joins;
       }
     }
   }
