@@ -52,9 +52,11 @@ class Planner {
     vertex_of_.assign(size_t(max_id) + 1, -1);
     node_pos_.assign(size_t(max_id) + 1, -1);
     fusable_.assign(size_t(max_id) + 1, 0);
+    succs_.assign(size_t(max_id) + 1, {});
     for (NodeId id : topo) {
       const Node& n = g_.node(id);
       fusable_[id] = t_.can_fuse_op(n.op_type);
+      succs_[id] = g_.successors(id);
       node_pos_[id] = int(node_pos_.size());  // placeholder, fixed below
       if (is_constant_node(n)) {
         plan.constants.push_back(id);
@@ -66,6 +68,7 @@ class Planner {
       vx.type = node_mapping_type(g_, id);
       vx.reasons.push_back({id, kNoNode, "seed", "seed"});
       vs_.push_back(std::move(vx));
+      reached_mark_.push_back(0);
       vertex_of_[id] = v;
       mtype_[id] = vs_[size_t(v)].type;
       pos_.push_back(int(order_.size()));
@@ -131,6 +134,11 @@ class Planner {
   std::vector<int> vertex_of_;  // node id -> vertex (-1: Constant / absent)
   std::vector<int> node_pos_;   // node id -> topological position
   std::vector<char> fusable_;   // node id -> t_.can_fuse_op(its op), looked up once (a set of strings)
+  // node id -> Graph::successors (body reads included), once: the graph is not edited while
+  // planning, and the cycle check of every candidate merge walks them.
+  std::vector<std::vector<NodeId>> succs_;
+  std::vector<uint32_t> reached_mark_;  // vertex -> stamp of the try_merge that reached it
+  uint32_t reach_stamp_ = 0;
   std::vector<int> order_;      // vertices in a topological order of the contracted graph; -1 = dead slot
   std::vector<int> pos_;        // vertex -> index in order_
   std::unordered_map<NodeId, MappingType> mtype_;
@@ -140,7 +148,7 @@ class Planner {
   std::vector<int> vertex_succs(int v) const {
     std::vector<int> r;
     for (NodeId m : vs_[size_t(v)].members)
-      for (NodeId s : g_.successors(m)) {  // body reads included: they constrain merges too
+      for (NodeId s : succs_[m]) {  // body reads included: they constrain merges too
         int w = vertex_of_[s];
         if (w >= 0 && w != v) r.push_back(w);
       }
@@ -153,10 +161,15 @@ class Planner {
   // pos second) if no other path first ~> second exists; the survivor gets id `keep`.
   bool try_merge(int first, int second, int keep) {
     const int lo = pos_[size_t(first)], hi = pos_[size_t(second)];
-    std::unordered_set<int> reached;
+    const uint32_t stamp = ++reach_stamp_;
+    auto reach = [&](int w) {  // true the first time this check reaches w
+      if (reached_mark_[size_t(w)] == stamp) return false;
+      reached_mark_[size_t(w)] = stamp;
+      return true;
+    };
     std::vector<int> stack;
     for (int w : vertex_succs(first))
-      if (w != second && pos_[size_t(w)] < hi && reached.insert(w).second) stack.push_back(w);
+      if (w != second && pos_[size_t(w)] < hi && reach(w)) stack.push_back(w);
     while (!stack.empty()) {
       int w = stack.back();
       stack.pop_back();
@@ -165,7 +178,7 @@ class Planner {
           ++stats_.rejected_for_cycle;
           return false;
         }
-        if (pos_[size_t(x)] < hi && reached.insert(x).second) stack.push_back(x);
+        if (pos_[size_t(x)] < hi && reach(x)) stack.push_back(x);
       }
     }
     // Reorder the window (lo, hi): vertices not reached from `first`, then the merged vertex,
@@ -174,7 +187,7 @@ class Planner {
     for (int p = lo + 1; p < hi; ++p) {
       int w = order_[size_t(p)];
       if (w < 0) continue;
-      (reached.count(w) ? after : before).push_back(w);
+      (reached_mark_[size_t(w)] == stamp ? after : before).push_back(w);
     }
     int drop = keep == first ? second : first;
     Vertex& k = vs_[size_t(keep)];
