@@ -351,23 +351,31 @@ void fill_block_interfaces(const Graph& g, FusionPlan& plan) {
   for (NodeId id : g.node_ids())
     if (passes::has_subgraph(g.node(id)))
       for (auto& v : body_reads[id] = passes::subgraph_reads(g.node(id))) body_readers[v].push_back(id);
-  auto reads = [&](NodeId id) {
-    std::vector<std::string> r = g.node(id).inputs;
-    if (auto it = body_reads.find(id); it != body_reads.end()) r.insert(r.end(), it->second.begin(), it->second.end());
-    return r;
+  // Names as views into the graph (not edited here) in sorted vectors, per block: this runs once
+  // per plan over every member, and sets of copied strings were most of its time.
+  std::vector<std::string_view> produced, seen;
+  auto add_input = [&](const std::string& i, FusionBlock& b) {
+    if (i.empty() || std::binary_search(produced.begin(), produced.end(), std::string_view(i))) return;
+    auto at = std::lower_bound(seen.begin(), seen.end(), std::string_view(i));
+    if (at != seen.end() && *at == i) return;
+    seen.insert(at, i);
+    b.inputs.push_back(i);  // in order of first reading
   };
   for (size_t bi = 0; bi < plan.blocks.size(); ++bi) {
     FusionBlock& b = plan.blocks[bi];
     b.inputs.clear();
     b.outputs.clear();
-    std::set<std::string> produced;
+    produced.clear();
+    seen.clear();
     for (NodeId m : b.members)
       for (auto& o : g.node(m).outputs)
-        if (!o.empty()) produced.insert(o);
-    std::set<std::string> seen;
-    for (NodeId m : b.members)
-      for (auto& i : reads(m))
-        if (!i.empty() && !produced.count(i) && seen.insert(i).second) b.inputs.push_back(i);
+        if (!o.empty()) produced.push_back(o);
+    std::sort(produced.begin(), produced.end());
+    for (NodeId m : b.members) {
+      for (auto& i : g.node(m).inputs) add_input(i, b);
+      if (auto it = body_reads.find(m); it != body_reads.end())
+        for (auto& i : it->second) add_input(i, b);
+    }
     for (NodeId m : b.members)
       for (auto& o : g.node(m).outputs) {
         if (o.empty()) continue;
