@@ -520,14 +520,23 @@ static std::vector<NodeId> kahn(const Graph& graph, std::vector<NodeId>* leftove
   return order;
 }
 
+// The graph's stamp now; `order` receives topo_order's cached result when it was computed for it.
+static std::vector<uint64_t> cached_topo(const Graph& g, std::vector<NodeId>* order, bool* hit) {
+  std::vector<uint64_t> stamp;
+  stamp_of(g, stamp);
+  const GraphImpl& I = g.impl();
+  std::lock_guard<std::mutex> lock(I.topo_mutex);
+  *hit = I.topo_stamp == stamp;
+  if (*hit && order) *order = I.topo;
+  return stamp;
+}
+
 std::vector<NodeId> Graph::topo_order() const {
   const GraphImpl& I = *impl_;
-  std::vector<uint64_t> stamp;
-  stamp_of(*this, stamp);
-  {
-    std::lock_guard<std::mutex> lock(I.topo_mutex);
-    if (I.topo_stamp == stamp) return I.topo;
-  }
+  std::vector<NodeId> cached;
+  bool hit = false;
+  std::vector<uint64_t> stamp = cached_topo(*this, &cached, &hit);
+  if (hit) return cached;
   std::vector<NodeId> left;
   auto order = kahn(*this, &left);
   if (left.empty()) {
@@ -546,13 +555,9 @@ std::vector<NodeId> Graph::topo_order() const {
 }
 
 bool Graph::has_cycle(std::vector<NodeId>* cycle) const {
-  {
-    // A topological order cached for this very graph: it has none.
-    std::vector<uint64_t> stamp;
-    stamp_of(*this, stamp);
-    std::lock_guard<std::mutex> lock(impl_->topo_mutex);
-    if (impl_->topo_stamp == stamp) return false;
-  }
+  bool hit = false;
+  cached_topo(*this, nullptr, &hit);
+  if (hit) return false;  // a topological order exists for this very graph
   std::vector<NodeId> left;
   kahn(*this, &left);
   if (left.empty()) return false;

@@ -83,12 +83,12 @@ class ResidualWalker {
       for (auto& o : n.outputs)
         if (!o.empty()) reads_[size_t(index(o))] = reads;
     }
-    mark_a_.assign(reads_.size(), 0);
-    mark_b_.assign(reads_.size(), 0);
   }
 
   bool joins(const std::string& a, const std::string& b) {
     const int ia = index(a), ib = index(b);
+    mark_a_.resize(reads_.size(), 0);  // a name first seen here (no producer, no reads)
+    mark_b_.resize(reads_.size(), 0);
     ++stamp_;
     walk(ia, mark_a_, nullptr);
     if (mark_a_[size_t(ib)] == stamp_) return true;  // identity shortcut: b feeds a

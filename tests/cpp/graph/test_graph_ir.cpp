@@ -50,6 +50,31 @@ TEST_CASE("producer and consumer queries follow the tensors", "[ir]") {
   REQUIRE(boost::num_vertices(g.impl().g) == 4);
 }
 
+// topo_order is cached against the graph's revision (docs/design-notes.md): every edit that can
+// change the order must be seen by the next query, and a copy must not answer from its source.
+TEST_CASE("the cached topological order follows every edit", "[ir]") {
+  Graph g = diamond();
+  NodeId A = g.find_node("A"), B = g.find_node("B"), C = g.find_node("C"), D = g.find_node("D");
+  REQUIRE(g.topo_order() == std::vector<NodeId>{A, B, C, D});
+  REQUIRE(g.topo_order() == std::vector<NodeId>{A, B, C, D});  // from the cache
+  // C now reads b: B must come before C even though nothing else changed.
+  g.set_input(C, 0, "b");
+  REQUIRE(g.topo_order() == std::vector<NodeId>{A, B, C, D});
+  NodeId E = g.add_node("Sqrt", {"x"}, {"e"}, {}, "E");
+  g.set_input(A, 0, "e");
+  REQUIRE(g.topo_order() == std::vector<NodeId>{E, A, B, C, D});
+  Graph copy = g;  // a fresh revision: the copy computes its own order
+  REQUIRE(copy.topo_order().size() == 5);
+  g.remove_node(D, /*drop_outputs=*/false);
+  REQUIRE(g.topo_order() == std::vector<NodeId>{E, A, B, C});
+  REQUIRE(copy.topo_order().size() == 5);
+  REQUIRE_FALSE(g.has_cycle());
+  // An edit that closes a cycle after an order was cached: E reads c, which depends on E.
+  g.set_input(E, 0, "c");
+  REQUIRE(g.has_cycle());
+  REQUIRE_THROWS_AS(g.topo_order(), Error);
+}
+
 TEST_CASE("topological order is deterministic and respects edges", "[ir]") {
   Graph g;
   g.add_input("x", f32({1}));
