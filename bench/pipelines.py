@@ -243,19 +243,18 @@ def write_pipeline(cls: str, c: dict, full_order: list[str]) -> None:
 
 
 def latency(cli: str, model: Path, pipeline: str, runs: int, threads: int | None = None) -> float | None:
-    r = sh([cli, "run", str(model), "--target", "host", "--pipeline", pipeline, "--no-profile", "--seed", "0",
-            "--runs", str(runs), *(["--threads", str(threads)] if threads is not None else []), "--json"], timeout=1800)
-    if r.returncode != 0:
+    try:
+        return run_host(cli, model, pipeline, runs, threads)["latency_ms"]
+    except RuntimeError:
         return None
-    return json.loads(r.stdout).get("latency_ms", {}).get("median")
 
 
-def run_host(cli: str, model: Path, pipeline: str, runs: int, threads: int) -> dict:
+def run_host(cli: str, model: Path, pipeline: str, runs: int, threads: int | None) -> dict:
     """One `nnfuse run --target host` process: the median wall latency and the median process CPU time
     per run (cpu_ms: user + system of the whole process, so all its threads), its kernels and the
     hash of its compiled kernels (equal hashes: the very same code, so any latency gap is noise)."""
     r = sh([cli, "run", str(model), "--target", "host", "--pipeline", pipeline, "--no-profile", "--seed", "0",
-            "--runs", str(runs), "--threads", str(threads), "--json"], timeout=1800)
+            "--runs", str(runs), *(["--threads", str(threads)] if threads is not None else []), "--json"], timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"run {model} --pipeline {pipeline}: {r.stderr.strip()}")
     d = json.loads(r.stdout)

@@ -111,7 +111,7 @@ void scale_features(const Shape& shape, const float* src, float* dst, const std:
 // allocated and faulted in (ResNet-50: 100 MB of conv weights). Otherwise a new initializer.
 template <class Scale>
 std::string scaled_weight(Graph& g, const std::string& name, const std::set<std::string>& body_reads, Scale scale) {
-  if (g.consumers(name).size() == 1 && !g.is_output(name) && !g.is_input(name) && !body_reads.count(name))
+  if (single_use(g, name) && !g.is_input(name) && !body_reads.count(name))
     if (void* p = g.initializer_data_for_update(name)) {
       scale(static_cast<const float*>(p), static_cast<float*>(p));
       return name;
