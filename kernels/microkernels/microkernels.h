@@ -103,6 +103,11 @@
 //   (group == C == K, blocked input); weights packed by pack_conv_nchwc_weights to [Kb, Cg, KH, KW, L];
 //   register-blocked over up to 4 output blocks x UR pixels; a 1x1/stride-1/unpadded conv walks the
 //   plane as one row.
+// conv2d_nchwc_winograd<Arch>(ConvNchwcArgs, PackedConvWinograd, ep, par)  (conv_winograd.h)
+//   Winograd F(4x4, 3x3) for dense 3x3 stride-1 undilated convs (conv_winograd_applicable), any
+//   padding, blocked or plain input; weights transformed by PackedConvWinograd::pack to
+//   [36][Kb][C][L]; same ep space as conv2d_nchwc; within ~1e-5 of the direct result relative to
+//   the output's magnitude.
 // pool2d_nchwc<Arch>(PoolNchwcArgs, ep, par)  max/average, lane-wise (pool2d semantics).
 // nchw_to_nchwc / nchwc_to_nchw: plain conversions (reference for tests).
 #include "common.h"
@@ -110,5 +115,6 @@
 #include "gemm.h"
 #include "conv.h"
 #include "conv_nchwc.h"
+#include "conv_winograd.h"
 #include "pool.h"
 #include "reduce.h"
