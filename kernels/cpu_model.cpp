@@ -73,6 +73,8 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
   m->plan_ = plan ? *plan : singleton_plan(g);
   LowerOptions lo = o.lower;
   if (lo.layout_block < 0) lo.layout_block = layout_block_for(o.target);
+  // $NNFUSE_CONV_ALGO=direct|winograd|auto overrides the cost model's choice (comparisons).
+  if (const char* e = std::getenv("NNFUSE_CONV_ALGO"); e && *e && lo.conv_algorithm == "auto") lo.conv_algorithm = e;
   m->mod_ = lower_module(g, m->plan_, lo);
   double lower_ms = ms_since(t0);
   int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -430,6 +432,7 @@ nlohmann::json CpuModel::profile(const TensorMap& feeds) const {
     r["stages"].push_back(s.name + (s.anchor_op.empty() ? "" : ":" + s.anchor_op));
     if (s.kind == StageKind::Fallback) r["generated"] = false;
     if (s.layout_block > 0) r["layout"] = layout_name(s.layout_block);
+    if (std::string a = conv_algorithm_name(s); !a.empty()) r["algorithm"] = a;
   }
   for (auto& r : rows) {
     double t = r["ms"].get<double>();
@@ -501,6 +504,7 @@ void CpuModel::save(const std::string& dir) const {
   plan["code_hash"] = code_hash_;
   plan["units"] = units_;
   plan["layout_block"] = mod_.layout_block;
+  plan["conv_algorithm"] = mod_.conv_algorithm;
   plan["kernels_checksum"] = so_path_.empty() ? "" : file_checksum((fs::path(dir) / "kernels.so").string());
   if (cross_) {
     plan["kind"] = "standalone";
@@ -579,6 +583,8 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   m->plan_ = fp;
   LowerOptions lo;
   lo.layout_block = plan.value("layout_block", 0);
+  // Artifacts written before the algorithm choice existed ran every conv directly.
+  lo.conv_algorithm = plan.value("conv_algorithm", std::string("direct"));
   m->mod_ = lower_module(g, fp, lo);
   m->source_model_ = source_model;
   m->source_model_size_ = source_size;

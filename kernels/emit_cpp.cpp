@@ -334,17 +334,25 @@ struct StageEmitter {
     };
     if (st.anchor_op == "Conv") {
       const int64_t G = ip("G"), K = ip("CO"), Cg = ip("C") / G;
-      const std::string packed = "nnfuse::mk::PackedConvNchwc";
-      pre << emit_prepare_release(st, packed, "static_cast<const float*>(B[" + std::to_string(st.anchor_inputs[1]) + "]), " +
-                                                  std::to_string(K) + ", " + std::to_string(Cg) + ", " + std::to_string(ip("KH")) + ", " +
-                                                  std::to_string(ip("KW")) + ", " + std::to_string(blk));
+      const bool winograd = ip("ALGO") == kConvWinogradF4x4;
+      const std::string packed = winograd ? "nnfuse::mk::PackedConvWinograd" : "nnfuse::mk::PackedConvNchwc";
+      const std::string w = "static_cast<const float*>(B[" + std::to_string(st.anchor_inputs[1]) + "]), " + std::to_string(K) + ", " +
+                            std::to_string(Cg) + ", ";
+      pre << emit_prepare_release(st, packed, winograd ? w + std::to_string(blk)
+                                                       : w + std::to_string(ip("KH")) + ", " + std::to_string(ip("KW")) + ", " + std::to_string(blk));
       body << "  nnfuse::mk::ConvNchwcArgs a;\n";
       geometry("a");
       body << "  a.K = " << K << "; a.depthwise = " << (G > 1 ? "true" : "false") << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false")
            << ";\n";
-      body << "  a.x = " << x << "; a.y = " << y << "; a.w = static_cast<const " << packed << "*>(B[" << st.prepared << "])->w.data();\n";
+      body << "  a.x = " << x << "; a.y = " << y << ";\n";
       body << "  a.threads = ctx ? ctx->threads : 1;\n";
-      body << "  nnfuse::mk::conv2d_nchwc<nf::A>(a, ep, par);\n";
+      body << "  const auto& packed = *static_cast<const " << packed << "*>(B[" << st.prepared << "]);\n";
+      if (winograd) {
+        body << "  nnfuse::mk::conv2d_nchwc_winograd<nf::A>(a, packed, ep, par);\n";
+      } else {
+        body << "  a.w = packed.w.data();\n";
+        body << "  nnfuse::mk::conv2d_nchwc<nf::A>(a, ep, par);\n";
+      }
     } else if (st.anchor_op == "Pool") {
       body << "  nnfuse::mk::PoolNchwcArgs a;\n";
       geometry("a");

@@ -14,6 +14,7 @@
 #include "exec_ctx.h"
 #include "microkernels/conv.h"
 #include "microkernels/conv_nchwc.h"
+#include "microkernels/conv_winograd.h"
 #include "microkernels/gemm.h"
 #include "microkernels/math.h"
 

@@ -167,6 +167,7 @@ struct KernelModule {
   int inplace_count = 0;
   int layout_block = 0;            // the block size layouts were chosen with (0: NCHW forced)
   int reorder_stores = 0;          // layout changes folded into stage loads/stores
+  std::string conv_algorithm = "auto";  // the mode conv algorithms were chosen with
   int buffer_id(const std::string& value) const;  // -1 if none
   nlohmann::json summary() const;
 };
@@ -178,6 +179,9 @@ struct LowerOptions {
   // 4 NEON); 0 keeps every buffer NCHW. CpuModel resolves -1 from the target ($NNFUSE_LAYOUT=nchw
   // forces 0); lower_module treats -1 as 0.
   int layout_block = -1;
+  // Convolution algorithm for blocked dense convs (conv_algorithm.cpp): "auto" (cost model),
+  // "direct" or "winograd" (every applicable conv). CpuModel reads $NNFUSE_CONV_ALGO.
+  std::string conv_algorithm = "auto";
 };
 
 // Lowers an optimized graph (static shapes) and its fusion plan. Every block becomes stages;
@@ -196,6 +200,16 @@ std::string layout_name(int block);
 // The report's "layout" object: block size, blocked stages/buffers, folded reorders, and the
 // layout each fused block runs in.
 nlohmann::json layout_summary(const KernelModule& mod);
+
+// Convolution algorithm per Conv stage (conv_algorithm.cpp), in Stage::iparams["ALGO"]; runs
+// after assign_layouts. mode: "auto" (cost model), "direct", "winograd" (every applicable conv).
+constexpr int64_t kConvDirect = 0, kConvWinogradF4x4 = 1;
+void choose_conv_algorithms(KernelModule& mod, const std::string& mode);
+// "direct_nchwc", "winograd_f4x4_3x3", "depthwise_nchwc", "im2col_gemm", "depthwise"; "" for a
+// stage that is not a Conv anchor.
+std::string conv_algorithm_name(const Stage& st);
+// The report's "conv_algorithms" object: the mode, counts per algorithm and each block's choice.
+nlohmann::json conv_algorithm_summary(const KernelModule& mod);
 
 // Index step constructors (index_map.cpp).
 IndexStep select_step(const Shape& from, const Shape& to, std::vector<int> src);

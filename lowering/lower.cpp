@@ -57,6 +57,7 @@ nlohmann::json KernelModule::summary() const {
   j["inplace_buffers"] = inplace_count;
   j["constant_blocks_folded"] = folded_blocks;
   j["layout"] = layout_summary(*this);
+  j["conv_algorithms"] = conv_algorithm_summary(*this);
   return j;
 }
 
@@ -1149,6 +1150,7 @@ struct Lowerer {
     // Per stage flops: the anchor's; elementwise members counted by expression nodes (approximate).
     for (auto& out : g.outputs()) mod.graph_outputs.push_back({out, buffer_for(out)});
     if (opt.layout_block > 0) assign_layouts(mod, opt.layout_block);
+    choose_conv_algorithms(mod, opt.conv_algorithm);
     mark_prepare_only_inputs();
     plan_memory();
   }

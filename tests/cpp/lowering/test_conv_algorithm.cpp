@@ -1,0 +1,93 @@
+// Convolution algorithm per stage (lowering/conv_algorithm.cpp): the cost model's choice between
+// the direct NCHW<c>c kernel and Winograd F(4x4,3x3), the forced modes, the report, and that the
+// generated code computes what the reference interpreter computes with either algorithm (plain
+// graph input, padding on every border, output sizes that are not multiples of 4, a residual
+// epilogue, batch 2).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+
+#include "fusion/planner.h"
+#include "fusion/target.h"
+#include "graph/builder.h"
+#include "graph/error.h"
+#include "graph/interpreter.h"
+#include "kernels/cpu_model.h"
+#include "lowering_test_util.h"
+
+using namespace nnfuse;
+using namespace nnfuse::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// x [2,5,13,11] -> conv3x3 p1 (20) -> Relu -> conv3x3 p1 (20) + residual -> Relu -> conv3x3 s2 (9)
+// and, on a [1,16,7,7] second input, a conv3x3 p1 (16) whose 4 tiles the cost model leaves direct,
+// then a 1x1 conv (direct).
+Model residual_model() {
+  GraphBuilder gb("winograd_residual");
+  auto x = gb.input("x", DType::Float32, {2, 5, 13, 11});
+  auto c1 = gb.op("Conv", {x, gb.weight("w1", {20, 5, 3, 3}, 0.3f), gb.weight("b1", {20})}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  auto r1 = gb.op("Relu", {c1});
+  auto c2 = gb.op("Conv", {r1, gb.weight("w2", {20, 20, 3, 3}, 0.2f), gb.weight("b2", {20})}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  auto r2 = gb.op("Relu", {gb.op("Add", {c2, r1})});
+  auto c3 = gb.op("Conv", {r2, gb.weight("w3", {9, 20, 3, 3}, 0.2f)}, GraphBuilder::attrs({{"strides", A::is({2, 2})}}));
+  gb.output(c3);
+  auto s = gb.input("s", DType::Float32, {1, 16, 7, 7});
+  auto c4 = gb.op("Conv", {s, gb.weight("w4", {16, 16, 3, 3}, 0.2f)}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  auto r4 = gb.op("Relu", {c4});  // a 1x1 conv after it keeps the 7x7 map blocked
+  gb.output(gb.op("Conv", {r4, gb.weight("w5", {6, 16, 1, 1}, 0.2f)}));
+  return gb.finish();
+}
+
+std::map<std::string, int> algorithm_counts(const KernelModule& km) {
+  std::map<std::string, int> n;
+  for (auto& s : km.stages)
+    if (auto a = conv_algorithm_name(s); !a.empty()) ++n[a];
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("conv algorithm: cost model, forced modes and the generated code match the reference", "[conv_algorithm][codegen]") {
+  Model m = residual_model();
+  PlanOptions po;
+  po.profile = false;
+  FusionPlan plan = plan_fusion(m.graph, target_by_name("host"), po);
+  TensorMap feeds = random_feeds(m.graph, 11);
+  TensorMap want = run_reference(m.graph, feeds);
+  fs::path cache = fs::temp_directory_path() / ("nnfuse_test_convalgo_" + std::to_string(::getpid()));
+  // auto: the two 3x3 stride-1 convs over 2 x 4 x 3 tiles take Winograd; the strided conv cannot,
+  // and the 7x7 map's 4 tiles do not pay for streaming 4x larger weights.
+  for (auto [mode, wino, direct] : {std::tuple{"auto", 2, 3}, std::tuple{"direct", 0, 5}, std::tuple{"winograd", 3, 2}}) {
+    INFO("mode " << mode);
+    CpuCompileOptions o;
+    o.target = "host";
+    o.cache_dir = cache.string();
+    o.threads = 2;
+    o.lower.conv_algorithm = mode;
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    auto n = algorithm_counts(cm->module());
+    CHECK(n["winograd_f4x4_3x3"] == wino);
+    CHECK(n["direct_nchwc"] == direct);
+    auto summary = cm->info()["memory"]["conv_algorithms"];
+    CHECK(summary["mode"] == mode);
+    CHECK(summary["counts"].value("winograd_f4x4_3x3", 0) == wino);
+    // Winograd rounds differently from the direct sum: a few 1e-6 relative to the outputs' scale.
+    check_close(cm->run(feeds), want, 1e-4, 1e-4);
+    auto prof = cm->profile(feeds);
+    int profiled_wino = 0;
+    for (auto& row : prof) profiled_wino += row.value("algorithm", std::string()) == "winograd_f4x4_3x3";
+    CHECK(profiled_wino == wino);
+  }
+  SECTION("an unknown mode is an error naming it") {
+    CpuCompileOptions o;
+    o.target = "host";
+    o.cache_dir = cache.string();
+    o.lower.conv_algorithm = "fft";
+    CHECK_THROWS_WITH(CpuModel::build(m.graph, &plan, o), Catch::Contains("conv algorithm 'fft'"));
+  }
+  std::error_code ec;
+  fs::remove_all(cache, ec);
+}
