@@ -1,0 +1,227 @@
+// Microbenchmark of the CPU microkernels against the machine's measured FMA peak (issue 21).
+//
+//   g++ -O3 -std=c++20 -fno-math-errno -DNDEBUG -march=native -I. bench/kernels_bench.cpp -o kernels_bench -pthread
+//   ./kernels_bench [--threads 1] [--reps 5] [--only gemm|conv]
+//
+// (-march=native: the best ISA of this machine, as `--target host` compiles generated kernels.)
+// Prints one line per case: shape, best-of-reps milliseconds, GFLOP/s and the percentage of the
+// peak measured here in the same process (a register-only FMA loop over as many independent
+// accumulators as the ISA has registers, times the thread count).
+//
+// GEMM: packed B (constant weights, the form generated MatMul/Gemm stages use) over large squares
+// and the transformer shapes of BERT-base/ViT; conv: NCHW<L>c direct convolution over the distinct
+// layers of ResNet-50 and YOLOv8n (320x320) with their FLOP counts, and for every 3x3 stride-1
+// layer also Winograd F(4x4,3x3) (conv_winograd.h): its speed-up over direct and its largest
+// difference from the direct result relative to the output's scale.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/microkernels/conv_nchwc.h"
+#include "kernels/microkernels/conv_winograd.h"
+#include "kernels/microkernels/gemm.h"
+
+using namespace nnfuse;
+using Arch = mk::arch::native;
+using V = mk::vfloat<Arch>;
+constexpr int64_t L = int64_t(V::size);
+
+namespace {
+
+// A par-for over std::threads: contiguous chunks, the caller takes the first (the runtime's pool
+// has the same shape; a fresh set of threads per call costs ~20 us, negligible at these sizes).
+struct ThreadFor {
+  int threads = 1;
+  template <class Fn>
+  void operator()(int64_t n, Fn&& fn) const {
+    if (n <= 0) return;
+    const int64_t t = std::min<int64_t>(threads, n);
+    if (t <= 1) return fn(int64_t(0), n);
+    std::vector<std::thread> ws;
+    for (int64_t i = 1; i < t; ++i) ws.emplace_back([&, i] { fn(n * i / t, n * (i + 1) / t); });
+    fn(int64_t(0), n / t);
+    for (auto& w : ws) w.join();
+  }
+};
+
+double seconds_of(const std::function<void()>& f, int reps) {
+  f();  // warm caches and scratch buffers
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// FMA peak of one core: independent accumulator chains (enough to cover latency x ports).
+__attribute__((noinline)) float fma_loop(int64_t iters, float seed) {
+  constexpr int A = 24;
+  V acc[A];
+  for (int i = 0; i < A; ++i) acc[i] = V(seed + float(i));
+  const V m(0.999999f), c(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+#pragma GCC unroll 24
+    for (int i = 0; i < A; ++i) acc[i] = xsimd::fma(acc[i], m, c);
+  V s(0.f);
+  for (int i = 0; i < A; ++i) s += acc[i];
+  return xsimd::hadd(s);
+}
+
+double peak_gflops(int threads) {
+  const int64_t iters = 20'000'000;
+  volatile float sink = 0;
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> ws;
+    for (int i = 1; i < threads; ++i) ws.emplace_back([&] { sink = sink + fma_loop(iters, 1.f); });
+    sink = sink + fma_loop(iters, 2.f);
+    for (auto& w : ws) w.join();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * double(L) * 24 * double(iters) * threads / best * 1e-9;
+}
+
+std::vector<float> random_vec(size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+void report(const char* kind, const std::string& shape, double flops, double sec, double peak) {
+  const double gf = flops / sec * 1e-9;
+  std::printf("%-5s %-44s %9.3f ms %8.1f GFLOP/s %6.1f%% of peak\n", kind, shape.c_str(), sec * 1e3, gf, 100.0 * gf / peak);
+}
+
+void bench_gemm(int64_t M, int64_t N, int64_t K, const ThreadFor& par, int reps, double peak, std::vector<double>& eff) {
+  auto A = random_vec(size_t(M * K), 1), B = random_vec(size_t(K * N), 2);
+  std::vector<float> C(size_t(M * N));
+  mk::PackedB<Arch> pb;
+  pb.pack(K, N, B.data(), N, 1);
+  mk::GemmArgs g = mk::GemmArgs::matmul(M, N, K, A.data(), false, B.data(), false, C.data());
+  const double s = seconds_of([&] { mk::gemm_packed<Arch>(g, pb, mk::IdentityEpilogue{}, par); }, reps);
+  const double fl = 2.0 * double(M) * double(N) * double(K);
+  report("gemm", "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K), fl, s, peak);
+  eff.push_back(fl / s * 1e-9 / peak);
+}
+
+struct ConvCase {
+  const char* model;
+  int64_t C, H, W, K, KH, stride;
+  int times;  // how often the layer occurs in the model (for the weighted summary)
+};
+
+void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak, double& total_fl, double& total_s) {
+  mk::ConvNchwcArgs a;
+  a.N = 1, a.C = cc.C, a.H = cc.H, a.W = cc.W, a.K = cc.K, a.KH = a.KW = cc.KH;
+  a.stride_h = a.stride_w = cc.stride;
+  a.pad_top = a.pad_left = cc.KH / 2;
+  a.OH = (cc.H + 2 * a.pad_top - cc.KH) / cc.stride + 1;
+  a.OW = (cc.W + 2 * a.pad_left - cc.KH) / cc.stride + 1;
+  a.threads = par.threads;
+  auto x = random_vec(size_t(mk::nchwc_blocks(cc.C, L) * L * cc.H * cc.W), 3);
+  auto w = random_vec(size_t(cc.K * cc.C * cc.KH * cc.KH), 4);
+  mk::PackedConvNchwc pw;
+  pw.pack(w.data(), cc.K, cc.C, cc.KH, cc.KH, L);
+  std::vector<float> y(size_t(mk::nchwc_blocks(cc.K, L) * L * a.OH * a.OW));
+  a.x = x.data(), a.w = pw.w.data(), a.y = y.data();
+  const double s = seconds_of([&] { mk::conv2d_nchwc<Arch>(a, mk::IdentityEpilogue{}, par); }, reps);
+  const double fl = 2.0 * double(cc.K) * double(cc.C) * double(cc.KH * cc.KH) * double(a.OH * a.OW);
+  char shape[96];
+  std::snprintf(shape, sizeof shape, "%s %lldx%lldx%lld k%lld s%lld -> %lld (x%d)", cc.model, (long long)cc.C, (long long)cc.H,
+                (long long)cc.W, (long long)cc.KH, (long long)cc.stride, (long long)cc.K, cc.times);
+  report("conv", shape, fl, s, peak);
+  double best = s;
+  if (mk::conv_winograd_applicable(a)) {
+    mk::PackedConvWinograd pu;
+    pu.pack(w.data(), cc.K, cc.C, L);
+    std::vector<float> y2(y.size());
+    a.y = y2.data();
+    const double sw = seconds_of([&] { mk::conv2d_nchwc_winograd<Arch>(a, pu, mk::IdentityEpilogue{}, par); }, reps);
+    // Largest difference from the direct kernel, relative to the output's largest magnitude.
+    double err = 0, mag = 0;
+    for (int64_t k = 0; k < cc.K; ++k)
+      for (int64_t p = 0; p < a.OH * a.OW; ++p) {
+        const size_t i = size_t(((k / L) * a.OH * a.OW + p) * L + k % L);
+        err = std::max(err, double(std::fabs(y[i] - y2[i]))), mag = std::max(mag, double(std::fabs(y[i])));
+      }
+    char wshape[128];
+    std::snprintf(wshape, sizeof wshape, "  winograd F(4x4,3x3): %.2fx direct, err %.1e", s / sw, err / mag);
+    report("wino", wshape, fl, sw, peak);
+    best = std::min(best, sw);
+  }
+  total_fl += fl * cc.times, total_s += best * cc.times;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1, reps = 5;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--threads T] [--reps N] [--only gemm|conv]\n", argv[0]);
+      return 2;
+    }
+  }
+  const ThreadFor par{threads};
+  const double peak = peak_gflops(threads);
+  std::printf("vector width %lld floats, %d thread(s), measured FMA peak %.1f GFLOP/s\n", (long long)L, threads, peak);
+  if (only.empty() || only == "gemm") {
+    std::vector<double> big, shapes;
+    for (int64_t n : {512, 1024, 2048}) bench_gemm(n, n, n, par, reps, peak, big);
+    // BERT-base / ViT-B at 128 and 197 tokens: QKV, attention output, MLP up and down.
+    for (int64_t m : {128, 197}) {
+      bench_gemm(m, 2304, 768, par, reps, peak, shapes);
+      bench_gemm(m, 768, 768, par, reps, peak, shapes);
+      bench_gemm(m, 3072, 768, par, reps, peak, shapes);
+      bench_gemm(m, 768, 3072, par, reps, peak, shapes);
+    }
+    double gb = 0, gs = 0;
+    for (double e : big) gb += std::log(e);
+    for (double e : shapes) gs += std::log(e);
+    std::printf("gemm geomean: large squares %.1f%% of peak, transformer shapes %.1f%%\n", 100 * std::exp(gb / big.size()),
+                100 * std::exp(gs / shapes.size()));
+  }
+  if (only.empty() || only == "conv") {
+    const ConvCase cases[] = {
+        // ResNet-50 (224x224): stem, then each stage's 1x1 reduce, 3x3, 1x1 expand and the
+        // strided 3x3 / projection of its first block (the counts make the weighted total).
+        {"r50", 3, 224, 224, 64, 7, 2, 1},
+        {"r50", 64, 56, 56, 64, 1, 1, 1},   {"r50", 64, 56, 56, 64, 3, 1, 3},   {"r50", 64, 56, 56, 256, 1, 1, 4},
+        {"r50", 256, 56, 56, 64, 1, 1, 2},  {"r50", 256, 56, 56, 128, 1, 1, 1}, {"r50", 128, 56, 56, 128, 3, 2, 1},
+        {"r50", 128, 28, 28, 512, 1, 1, 4}, {"r50", 512, 28, 28, 128, 1, 1, 3}, {"r50", 128, 28, 28, 128, 3, 1, 3},
+        {"r50", 512, 28, 28, 256, 1, 1, 1}, {"r50", 256, 28, 28, 256, 3, 2, 1}, {"r50", 256, 14, 14, 1024, 1, 1, 6},
+        {"r50", 1024, 14, 14, 256, 1, 1, 5}, {"r50", 256, 14, 14, 256, 3, 1, 5}, {"r50", 1024, 14, 14, 512, 1, 1, 1},
+        {"r50", 512, 14, 14, 512, 3, 2, 1}, {"r50", 512, 7, 7, 2048, 1, 1, 3},  {"r50", 2048, 7, 7, 512, 1, 1, 2},
+        {"r50", 512, 7, 7, 512, 3, 1, 2},
+        // YOLOv8n at 320x320: stem and downsampling 3x3 s2 convs, C2f bottleneck 3x3s, 1x1s.
+        {"yolo", 3, 320, 320, 16, 3, 2, 1},  {"yolo", 16, 160, 160, 32, 3, 2, 1}, {"yolo", 16, 80, 80, 16, 3, 1, 2},
+        {"yolo", 32, 80, 80, 64, 3, 2, 1},   {"yolo", 32, 40, 40, 32, 3, 1, 4},   {"yolo", 64, 40, 40, 128, 3, 2, 1},
+        {"yolo", 64, 20, 20, 64, 3, 1, 4},   {"yolo", 128, 20, 20, 256, 3, 2, 1}, {"yolo", 128, 10, 10, 128, 3, 1, 2},
+        {"yolo", 96, 40, 40, 64, 1, 1, 2},   {"yolo", 64, 40, 40, 64, 3, 1, 4},   {"yolo", 384, 10, 10, 256, 1, 1, 2},
+    };
+    double rf = 0, rs = 0, yf = 0, ys = 0;
+    for (const auto& c : cases) {
+      if (std::strcmp(c.model, "r50") == 0) bench_conv(c, par, reps, peak, rf, rs);
+      else bench_conv(c, par, reps, peak, yf, ys);
+    }
+    std::printf("conv weighted (best algorithm per layer, FLOPs counted as direct): ResNet-50 layers %.1f%% of peak (%.1f ms), YOLOv8n layers %.1f%% (%.1f ms)\n",
+                100 * rf / rs * 1e-9 / peak, rs * 1e3, 100 * yf / ys * 1e-9 / peak, ys * 1e3);
+  }
+  return 0;
+}
