@@ -121,7 +121,8 @@ struct ConvCase {
   int times;  // how often the layer occurs in the model (for the weighted summary)
 };
 
-void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak, double& total_fl, double& total_s) {
+void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak, double& total_fl, double& total_s,
+                bool depthwise = false) {
   mk::ConvNchwcArgs a;
   a.N = 1, a.C = cc.C, a.H = cc.H, a.W = cc.W, a.K = cc.K, a.KH = a.KW = cc.KH;
   a.stride_h = a.stride_w = cc.stride;
@@ -129,14 +130,16 @@ void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak,
   a.OH = (cc.H + 2 * a.pad_top - cc.KH) / cc.stride + 1;
   a.OW = (cc.W + 2 * a.pad_left - cc.KH) / cc.stride + 1;
   a.threads = par.threads;
+  a.depthwise = depthwise;
+  const int64_t Cg = depthwise ? 1 : cc.C;
   auto x = random_vec(size_t(mk::nchwc_blocks(cc.C, L) * L * cc.H * cc.W), 3);
-  auto w = random_vec(size_t(cc.K * cc.C * cc.KH * cc.KH), 4);
+  auto w = random_vec(size_t(cc.K * Cg * cc.KH * cc.KH), 4);
   mk::PackedConvNchwc pw;
-  pw.pack(w.data(), cc.K, cc.C, cc.KH, cc.KH, L);
+  pw.pack(w.data(), cc.K, Cg, cc.KH, cc.KH, L);
   std::vector<float> y(size_t(mk::nchwc_blocks(cc.K, L) * L * a.OH * a.OW));
   a.x = x.data(), a.w = pw.w.data(), a.y = y.data();
   const double s = seconds_of([&] { mk::conv2d_nchwc<Arch>(a, mk::IdentityEpilogue{}, par); }, reps);
-  const double fl = 2.0 * double(cc.K) * double(cc.C) * double(cc.KH * cc.KH) * double(a.OH * a.OW);
+  const double fl = 2.0 * double(cc.K) * double(Cg) * double(cc.KH * cc.KH) * double(a.OH * a.OW);
   char shape[96];
   std::snprintf(shape, sizeof shape, "%s %lldx%lldx%lld k%lld s%lld -> %lld (x%d)", cc.model, (long long)cc.C, (long long)cc.H,
                 (long long)cc.W, (long long)cc.KH, (long long)cc.stride, (long long)cc.K, cc.times);
@@ -215,6 +218,15 @@ int main(int argc, char** argv) {
         {"yolo", 64, 20, 20, 64, 3, 1, 4},   {"yolo", 128, 20, 20, 256, 3, 2, 1}, {"yolo", 128, 10, 10, 128, 3, 1, 2},
         {"yolo", 96, 40, 40, 64, 1, 1, 2},   {"yolo", 64, 40, 40, 64, 3, 1, 4},   {"yolo", 384, 10, 10, 256, 1, 1, 2},
     };
+    // Depthwise layers of MobileNetV2 / EfficientNet-B0 (224x224).
+    const ConvCase dw_cases[] = {
+        {"dw", 32, 112, 112, 32, 3, 1, 1},  {"dw", 96, 112, 112, 96, 3, 2, 1}, {"dw", 144, 56, 56, 144, 3, 1, 1},
+        {"dw", 144, 56, 56, 144, 5, 2, 1},  {"dw", 240, 28, 28, 240, 5, 1, 1}, {"dw", 480, 14, 14, 480, 3, 1, 1},
+        {"dw", 672, 14, 14, 672, 5, 1, 1},  {"dw", 1152, 7, 7, 1152, 5, 1, 1},
+    };
+    double df = 0, ds = 0;
+    for (const auto& c : dw_cases) bench_conv(c, par, reps, peak, df, ds, true);
+    std::printf("depthwise weighted: %.1f GFLOP/s (%.3f ms)\n", df / ds * 1e-9, ds * 1e3);
     double rf = 0, rs = 0, yf = 0, ys = 0;
     for (const auto& c : cases) {
       if (std::strcmp(c.model, "r50") == 0) bench_conv(c, par, reps, peak, rf, rs);

@@ -291,7 +291,12 @@ void nchwc_cases(Checker& ck) {
               C{1, 33, 5, 7, 40, 1, 1, 1, 0, 1, false, true}, C{1, 5, 1, 129, 17, 1, 3, 1, 1, 1, false, true},
               C{1, 240, 4, 5, 9, 3, 3, 1, 1, 1, false, true}, C{1, 1, 17, 1, 1, 3, 1, 1, 1, 1, false, false},
               C{1, 600, 2, 3, 3, 1, 1, 1, 0, 1, false, true}, C{1, 600, 5, 6, 20, 1, 1, 2, 0, 1, false, true},
-              C{2, 130, 7, 7, 70, 3, 3, 1, 1, 1, false, true}}) {
+              C{2, 130, 7, 7, 70, 3, 3, 1, 1, 1, false, true},
+              // Depthwise rows with no full interior tile take the zero-padded row path (3x3 and
+              // 5x5, stride 1): pads 0-2, KH != KW, batch 2, a row narrower than the kernel's span.
+              C{1, 20, 14, 14, 20, 5, 5, 1, 2, 1, true, true}, C{2, 17, 6, 5, 17, 3, 3, 1, 0, 1, true, true},
+              C{1, 33, 7, 7, 33, 5, 5, 1, 2, 1, true, true}, C{1, 5, 6, 3, 5, 5, 5, 1, 2, 1, true, true},
+              C{1, 40, 56, 28, 40, 5, 5, 1, 2, 1, true, true}}) {
     const int64_t OH = (c.H + 2 * c.p - (c.KH - 1) * c.d - 1) / c.s + 1, OW = (c.W + 2 * c.p - (c.KW - 1) * c.d - 1) / c.s + 1;
     const int64_t Cg = c.dw ? 1 : c.C, Kb = mk::nchwc_blocks(c.K, L);
     auto x = rnd(size_t(c.N * c.C * c.H * c.W), 31), w = rnd(size_t(c.K * Cg * c.KH * c.KW), 32), bias = rnd(size_t(c.K), 33);
