@@ -98,6 +98,21 @@ struct NoLowering {
 };
 [[noreturn]] void no_lowering(const Node& n, const std::string& why) { throw NoLowering{n.op_type + " (" + n.label() + "): " + why, n.op_type}; }
 
+// A 1-D convolution or pooling over [N, C, L] is the 2-D one over [N, C, 1, L]: the same memory,
+// and the same (n*C + c, l) epilogue view. X, the kernel shape W ([K, Cg, k], or [1, 1, k] for
+// pooling) and the output shape O4 get a unit height; the attributes a leading 1 (pads: none at
+// the top and bottom). False when an attribute does not have its 1-D size.
+bool as_2d(Shape& X, Shape& W, Shape& O4, std::vector<int64_t>& strides, std::vector<int64_t>& dil, std::vector<int64_t>& pads) {
+  if (X.size() != 3 || W.size() != 3 || O4.size() != 3 || strides.size() != 1 || dil.size() != 1 || pads.size() != 2) return false;
+  X = {X[0], X[1], 1, X[2]};
+  W = {W[0], W[1], 1, W[2]};
+  O4 = {O4[0], O4[1], 1, O4[2]};
+  strides = {1, strides[0]};
+  dil = {1, dil[0]};
+  pads = {0, pads[0], 0, pads[1]};
+  return true;
+}
+
 const std::set<std::string> kUnary = {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Sqrt", "Neg", "Abs", "Log", "Reciprocal",
                                       "Identity", "Dropout", "LeakyRelu", "HardSigmoid", "HardSwish", "Softplus", "Elu",
                                       "Floor", "Ceil", "Round", "Sin", "Cos", "Gelu"};
@@ -810,12 +825,16 @@ struct Lowerer {
     } else if (op == "Conv") {
       Shape X = shape_of(n.inputs[0]), W = shape_of(n.inputs[1]);
       need_float(n.inputs[1]);
-      if (X.size() != 4) no_lowering(n, "only 2-D convolution is lowered");
+      if (X.size() != 4 && X.size() != 3) no_lowering(n, "only 1-D and 2-D convolution is lowered");
       int64_t group = n.attrs.get_int("group", 1);
-      auto strides = n.attrs.get_ints("strides", {1, 1}), dil = n.attrs.get_ints("dilations", {1, 1});
-      auto pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
+      const bool one_d = X.size() == 3;
+      auto strides = n.attrs.get_ints("strides", one_d ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 1});
+      auto dil = n.attrs.get_ints("dilations", one_d ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 1});
+      auto pads = n.attrs.get_ints("pads", one_d ? std::vector<int64_t>{0, 0} : std::vector<int64_t>{0, 0, 0, 0});
       std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
-      int64_t KH = W[2], KW = W[3], OH = O[2], OW = O[3];
+      Shape O4 = O;
+      if (one_d && !as_2d(X, W, O4, strides, dil, pads)) no_lowering(n, "attribute sizes");
+      int64_t KH = W[2], KW = W[3], OH = O4[2], OW = O4[3];
       if (ap == "VALID") pads = {0, 0, 0, 0};
       else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
         int64_t th = std::max<int64_t>(0, (OH - 1) * strides[0] + (KH - 1) * dil[0] + 1 - X[2]);
@@ -842,16 +861,24 @@ struct Lowerer {
         value = binary(sb, "Add", value, expr_of(sb, bc, n.inputs[2], then(identity_map(O), select_step(O, {O[1]}, {1}))));
     } else if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool") {
       Shape X = shape_of(n.inputs[0]);
-      if (X.size() != 4) no_lowering(n, "only 2-D pooling is lowered");
+      if (X.size() != 4 && X.size() != 3) no_lowering(n, "only 1-D and 2-D pooling is lowered");
       bool global = op.rfind("Global", 0) == 0;
-      std::vector<int64_t> k = global ? std::vector<int64_t>{X[2], X[3]} : n.attrs.get_ints("kernel_shape", {});
-      auto strides = global ? std::vector<int64_t>{1, 1} : n.attrs.get_ints("strides", {1, 1});
-      auto dil = global ? std::vector<int64_t>{1, 1} : n.attrs.get_ints("dilations", {1, 1});
-      auto pads = global ? std::vector<int64_t>{0, 0, 0, 0} : n.attrs.get_ints("pads", {0, 0, 0, 0});
+      const bool one_d = X.size() == 3;
+      const std::vector<int64_t> ones(X.size() - 2, 1), zeros(2 * (X.size() - 2), 0);
+      std::vector<int64_t> k = global ? std::vector<int64_t>(X.begin() + 2, X.end()) : n.attrs.get_ints("kernel_shape", {});
+      auto strides = global ? ones : n.attrs.get_ints("strides", ones);
+      auto dil = global ? ones : n.attrs.get_ints("dilations", ones);
+      auto pads = global ? zeros : n.attrs.get_ints("pads", zeros);
+      Shape O4 = O;
+      if (one_d) {
+        Shape K = {1, 1, k.size() == 1 ? k[0] : -1};
+        if (k.size() != 1 || !as_2d(X, K, O4, strides, dil, pads)) no_lowering(n, "attribute sizes");
+        k = {1, K[3]};
+      }
       std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
       if (!global && ap != "NOTSET" && ap != "VALID") {
-        int64_t th = std::max<int64_t>(0, (O[2] - 1) * strides[0] + (k[0] - 1) * dil[0] + 1 - X[2]);
-        int64_t tw = std::max<int64_t>(0, (O[3] - 1) * strides[1] + (k[1] - 1) * dil[1] + 1 - X[3]);
+        int64_t th = std::max<int64_t>(0, (O4[2] - 1) * strides[0] + (k[0] - 1) * dil[0] + 1 - X[2]);
+        int64_t tw = std::max<int64_t>(0, (O4[3] - 1) * strides[1] + (k[1] - 1) * dil[1] + 1 - X[3]);
         if (ap == "SAME_UPPER") pads = {th / 2, tw / 2, th - th / 2, tw - tw / 2};
         else pads = {th - th / 2, tw - tw / 2, th / 2, tw / 2};
       } else if (ap == "VALID") pads = {0, 0, 0, 0};
@@ -860,11 +887,11 @@ struct Lowerer {
       int64_t cip = n.attrs.get_int("count_include_pad", 0);
       st.anchor_op = "Pool";
       st.anchor_inputs = {data_in(0)};
-      st.iparams = {{"N", X[0]}, {"C", X[1]}, {"H", X[2]}, {"W", X[3]}, {"KH", k[0]}, {"KW", k[1]}, {"OH", O[2]},
-                    {"OW", O[3]}, {"SH", strides[0]}, {"SW", strides[1]}, {"PH", pads[0]}, {"PW", pads[1]},
+      st.iparams = {{"N", X[0]}, {"C", X[1]}, {"H", X[2]}, {"W", X[3]}, {"KH", k[0]}, {"KW", k[1]}, {"OH", O4[2]},
+                    {"OW", O4[3]}, {"SH", strides[0]}, {"SW", strides[1]}, {"PH", pads[0]}, {"PW", pads[1]},
                     {"PH1", pads[2]}, {"PW1", pads[3]}, {"DH", dil[0]}, {"DW", dil[1]}, {"MAX", is_max}, {"CIP", cip}};
       st.flops = double(shape_numel(O)) * double(k[0] * k[1]);
-      st.width = O[2] * O[3];
+      st.width = O4[2] * O4[3];
     } else if (op == "Softmax" || op == "LayerNormalization") {
       Shape X = shape_of(n.inputs[0]);
       int64_t r = int64_t(X.size());

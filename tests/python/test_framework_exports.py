@@ -486,6 +486,42 @@ def pytorch_unet_decoder(opset: int) -> ExportCase:
     return ExportCase(f"pytorch_unet_decoder_opset{opset}", m, feeds, {x: [2, 3, 6, 5]})
 
 
+def pytorch_speech_frontend(opset: int) -> ExportCase:
+    """torch.onnx.export of a speech front end and 1-D encoder (Whisper's stem, Silero VAD, log-mel
+    feature extractors): the STFT as a strided 1-D Conv over the waveform (one input channel, a
+    window-long kernel, stride = hop, centre padding), the power spectrum through Pow and a
+    Reshape/ReduceSum over (real, imag), a mel projection MatMul and Log, then Conv1d + ReLU
+    (stride 1 and 2, padded), MaxPool1d, AvgPool1d and AdaptiveAvgPool1d(1) (GlobalAveragePool on
+    a 3-D value). Every op here used to run on reference kernels (1-D Conv and pooling)."""
+    b = Builder(opset, seed=900 + opset)
+    x, n_fft, hop, bins = "waveform", 64, 16, 33
+    spec = b.node("Conv", [x, b.weight("stft.weight", [2 * bins, 1, n_fft], 0.1)], kernel_shape=[n_fft], strides=[hop],
+                  pads=[n_fft // 2, n_fft // 2])                                              # [N, 66, 25]
+    power = b.node("Pow", [spec, b.constant(np.array(2.0, dtype=np.float32))])
+    power = b.node("Reshape", [power, b.constant(np.array([0, 2, bins, -1], dtype=np.int64))])  # [N, 2, 33, 25]
+    axes = np.array([1], dtype=np.int64)
+    power = (b.node("ReduceSum", [power, b.constant(axes)], keepdims=0) if opset >= 13
+             else b.node("ReduceSum", [power], axes=[1], keepdims=0))                          # [N, 33, 25]
+    # Mel filters are non-negative (triangles), so the mel energies are sums of non-negative terms:
+    # Log sees no cancellation that would magnify the summation order's rounding.
+    b.inits.append(numpy_helper.from_array((np.abs(b.rng.standard_normal((12, bins))) * 0.1).astype(np.float32), "mel_filters"))
+    mel = b.node("MatMul", ["mel_filters", power])                                            # [N, 12, 25]
+    logmel = b.node("Log", [b.node("Add", [mel, b.constant(np.array(1e-6, dtype=np.float32))])])
+    y = b.node("Relu", [b.node("Conv", [logmel, b.weight("conv1.weight", [16, 12, 3]), b.weight("conv1.bias", [16], 0.1)],
+                                kernel_shape=[3], pads=[1, 1])])
+    y = b.node("Relu", [b.node("Conv", [y, b.weight("conv2.weight", [16, 16, 3]), b.weight("conv2.bias", [16], 0.1)],
+                                kernel_shape=[3], pads=[1, 1], strides=[2])])             # [N, 16, 13]
+    y = b.node("MaxPool", [y], kernel_shape=[2], strides=[2])                                 # [N, 16, 6]
+    y = b.node("AveragePool", [y], kernel_shape=[3], strides=[1], pads=[1, 1], count_include_pad=0)
+    b.node("GlobalAveragePool", [y])
+    b.nodes[-1].output[0] = "embedding"
+    m = b.model([helper.make_tensor_value_info(x, F32, ["batch_size", 1, "samples"])],
+                [helper.make_tensor_value_info("embedding", F32, ["batch_size", 16, 1])], "pytorch", "torch_jit")
+    rng = np.random.default_rng(10)
+    feeds = {x: rng.standard_normal((2, 1, 400)).astype(np.float32)}
+    return ExportCase(f"pytorch_speech_frontend_opset{opset}", m, feeds, {x: [2, 1, 400]})
+
+
 CASE_BUILDERS = {
     "pytorch_cnn_opset9": lambda: pytorch_cnn(9),
     "pytorch_cnn_opset11": lambda: pytorch_cnn(11),
@@ -507,6 +543,8 @@ CASE_BUILDERS = {
     "pytorch_fpn_upsample_opset13": lambda: pytorch_fpn_upsample(13),
     "pytorch_transformer_ln_opset17": lambda: pytorch_transformer_ln(17),
     "pytorch_unet_decoder_opset13": lambda: pytorch_unet_decoder(13),
+    "pytorch_speech_frontend_opset11": lambda: pytorch_speech_frontend(11),
+    "pytorch_speech_frontend_opset17": lambda: pytorch_speech_frontend(17),
 }
 
 
