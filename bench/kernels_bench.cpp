@@ -115,6 +115,10 @@ void bench_gemm(int64_t M, int64_t N, int64_t K, const ThreadFor& par, int reps,
   eff.push_back(fl / s * 1e-9 / peak);
 }
 
+template <int M>
+double bench_winograd(mk::ConvNchwcArgs a, const std::vector<float>& w, const std::vector<float>& y, double s, double fl,
+                      const ThreadFor& par, int reps, double peak);
+
 struct ConvCase {
   const char* model;
   int64_t C, H, W, K, KH, stride;
@@ -145,25 +149,34 @@ void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak,
                 (long long)cc.W, (long long)cc.KH, (long long)cc.stride, (long long)cc.K, cc.times);
   report("conv", shape, fl, s, peak);
   double best = s;
-  if (mk::conv_winograd_applicable(a)) {
-    mk::PackedConvWinograd pu;
-    pu.pack(w.data(), cc.K, cc.C, L);
+  if (mk::conv_winograd_applicable(a)) best = std::min({best, bench_winograd<4>(a, w, y, s, fl, par, reps, peak),
+                                                        bench_winograd<2>(a, w, y, s, fl, par, reps, peak)});
+  total_fl += fl * cc.times, total_s += best * cc.times;
+}
+
+// Winograd F(MxM, 3x3) on the same layer: its time, speed-up over direct (s) and largest
+// difference from the direct result y relative to the output's scale.
+template <int M>
+double bench_winograd(mk::ConvNchwcArgs a, const std::vector<float>& w, const std::vector<float>& y, double s, double fl,
+                      const ThreadFor& par, int reps, double peak) {
+  {
+    mk::PackedConvWinogradM<M> pu;
+    pu.pack(w.data(), a.K, a.C, L);
     std::vector<float> y2(y.size());
     a.y = y2.data();
     const double sw = seconds_of([&] { mk::conv2d_nchwc_winograd<Arch>(a, pu, mk::IdentityEpilogue{}, par); }, reps);
     // Largest difference from the direct kernel, relative to the output's largest magnitude.
     double err = 0, mag = 0;
-    for (int64_t k = 0; k < cc.K; ++k)
+    for (int64_t k = 0; k < a.K; ++k)
       for (int64_t p = 0; p < a.OH * a.OW; ++p) {
         const size_t i = size_t(((k / L) * a.OH * a.OW + p) * L + k % L);
         err = std::max(err, double(std::fabs(y[i] - y2[i]))), mag = std::max(mag, double(std::fabs(y[i])));
       }
     char wshape[128];
-    std::snprintf(wshape, sizeof wshape, "  winograd F(4x4,3x3): %.2fx direct, err %.1e", s / sw, err / mag);
+    std::snprintf(wshape, sizeof wshape, "  winograd F(%dx%d,3x3): %.2fx direct, err %.1e", M, M, s / sw, err / mag);
     report("wino", wshape, fl, sw, peak);
-    best = std::min(best, sw);
+    return sw;
   }
-  total_fl += fl * cc.times, total_s += best * cc.times;
 }
 
 }  // namespace

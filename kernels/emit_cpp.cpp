@@ -334,8 +334,10 @@ struct StageEmitter {
     };
     if (st.anchor_op == "Conv") {
       const int64_t G = ip("G"), K = ip("CO"), Cg = ip("C") / G;
-      const bool winograd = ip("ALGO") == kConvWinogradF4x4;
-      const std::string packed = winograd ? "nnfuse::mk::PackedConvWinograd" : "nnfuse::mk::PackedConvNchwc";
+      const bool winograd = ip("ALGO") == kConvWinogradF4x4 || ip("ALGO") == kConvWinogradF2x2;
+      const std::string packed = ip("ALGO") == kConvWinogradF4x4   ? "nnfuse::mk::PackedConvWinograd"
+                                 : ip("ALGO") == kConvWinogradF2x2 ? "nnfuse::mk::PackedConvWinograd2"
+                                                                   : "nnfuse::mk::PackedConvNchwc";
       const std::string w = "static_cast<const float*>(B[" + std::to_string(st.anchor_inputs[1]) + "]), " + std::to_string(K) + ", " +
                             std::to_string(Cg) + ", ";
       pre << emit_prepare_release(st, packed, winograd ? w + std::to_string(blk)

@@ -1,14 +1,16 @@
-// Convolution algorithm per blocked Conv stage: direct NCHW<c>c or Winograd F(4x4, 3x3)
-// (kernels/microkernels/conv_nchwc.h, conv_winograd.h). Runs after the layouts are final, since
-// only blocked dense convolutions have a Winograd kernel.
+// Convolution algorithm per blocked Conv stage: direct NCHW<c>c, Winograd F(4x4, 3x3) or
+// F(2x2, 3x3) (kernels/microkernels/conv_nchwc.h, conv_winograd.h). Runs after the layouts are
+// final, since only blocked dense convolutions have a Winograd kernel.
 //
-// The cost model (deterministic; the mode "auto"): Winograd does 36 products per 4x4 output tile
-// and input channel where the direct kernel does 144, but its transformed weights are 4x larger
-// (36 vs 9 values per filter tap set) and are streamed once per call. Measured on the ResNet-50
-// and YOLOv8n layer shapes (bench/kernels_bench.cpp, bench/RESULTS.md): 2-3.9x faster with 9 or
-// more tiles per call, break-even at 4 tiles (a 7x7 map, 512 channels), where streaming the
-// weights dominates. Winograd's scratch (the transformed input and products, 36 values per tile
-// and channel) is kept within a bound so that a large image falls back to the direct kernel.
+// The cost model (deterministic; the mode "auto"): F(4x4) does 36 products per 4x4 output tile
+// and input channel where the direct kernel does 144, F(2x2) 16 per 2x2 tile where it does 36;
+// their transformed weights are 4x and 1.8x larger than the direct ones and are streamed once per
+// call, and a map that is not a multiple of the tile computes the padding tiles too. Measured on
+// the ResNet-50 and YOLOv8n layer shapes (bench/kernels_bench.cpp, bench/RESULTS.md): F(4x4) is
+// 2-4.5x faster than direct from 20 tiles per call (20x20 maps and up), F(2x2) wins below that
+// (14x14: 1.95x vs 1.84x; 10x10: 1.55x vs 1.36x; 7x7: 1.49x where F(4x4)'s 4 tiles lose to
+// direct). Winograd's scratch (the transformed input and products) is kept within a bound so
+// that a large image falls back to the direct kernel.
 #include <cstdlib>
 
 #include "graph/error.h"
@@ -18,7 +20,7 @@ namespace nnfuse {
 
 namespace {
 
-constexpr int64_t kMinWinogradTiles = 8;
+constexpr int64_t kMinF4Tiles = 20, kMinF2Tiles = 8;
 constexpr int64_t kMaxWinogradScratchBytes = int64_t(64) << 20;
 
 int64_t ip(const Stage& st, const char* k) {
@@ -31,12 +33,18 @@ bool winograd_applicable(const Stage& st) {
          ip(st, "KW") == 3 && ip(st, "SH") == 1 && ip(st, "SW") == 1 && ip(st, "DH") == 1 && ip(st, "DW") == 1;
 }
 
-bool winograd_pays(const Stage& st) {
-  const int64_t c = st.layout_block;
-  const int64_t tiles = ip(st, "N") * ((ip(st, "OH") + 3) / 4) * ((ip(st, "OW") + 3) / 4);
+// Tiles of an m x m output tile per call, and whether Winograd's scratch for them stays bounded.
+int64_t winograd_tiles(const Stage& st, int64_t m) { return ip(st, "N") * ((ip(st, "OH") + m - 1) / m) * ((ip(st, "OW") + m - 1) / m); }
+bool scratch_fits(const Stage& st, int64_t m) {
+  const int64_t c = st.layout_block, t = m + 2;
   const int64_t cb = (ip(st, "C") + c - 1) / c, kb = (ip(st, "CO") + c - 1) / c;
-  const int64_t scratch = 36 * (cb + kb) * tiles * c * int64_t(sizeof(float));
-  return tiles >= kMinWinogradTiles && scratch <= kMaxWinogradScratchBytes;
+  return t * t * (cb + kb) * winograd_tiles(st, m) * c * int64_t(sizeof(float)) <= kMaxWinogradScratchBytes;
+}
+
+int64_t cost_model_choice(const Stage& st) {
+  if (winograd_tiles(st, 4) >= kMinF4Tiles && scratch_fits(st, 4)) return kConvWinogradF4x4;
+  if (winograd_tiles(st, 2) >= kMinF2Tiles && scratch_fits(st, 2)) return kConvWinogradF2x2;
+  return kConvDirect;
 }
 
 }  // namespace
@@ -44,18 +52,21 @@ bool winograd_pays(const Stage& st) {
 std::string conv_algorithm_name(const Stage& st) {
   if (st.kind != StageKind::Anchor || st.anchor_op != "Conv") return "";
   if (ip(st, "ALGO") == kConvWinogradF4x4) return "winograd_f4x4_3x3";
+  if (ip(st, "ALGO") == kConvWinogradF2x2) return "winograd_f2x2_3x3";
   if (st.layout_block <= 0) return ip(st, "G") > 1 && ip(st, "G") == ip(st, "C") ? "depthwise" : "im2col_gemm";
   return ip(st, "G") > 1 ? "depthwise_nchwc" : "direct_nchwc";
 }
 
 void choose_conv_algorithms(KernelModule& mod, const std::string& mode) {
-  if (mode != "auto" && mode != "direct" && mode != "winograd")
-    fail(ErrorKind::Invalid, "conv algorithm '" + mode + "': expected auto, direct or winograd");
+  if (mode != "auto" && mode != "direct" && mode != "winograd" && mode != "winograd2")
+    fail(ErrorKind::Invalid, "conv algorithm '" + mode + "': expected auto, direct, winograd or winograd2");
   mod.conv_algorithm = mode;
   for (auto& st : mod.stages) {
     if (st.kind != StageKind::Anchor || st.anchor_op != "Conv") continue;
-    const bool wino = winograd_applicable(st) && (mode == "winograd" || (mode == "auto" && winograd_pays(st)));
-    st.iparams["ALGO"] = wino ? kConvWinogradF4x4 : kConvDirect;
+    int64_t algo = kConvDirect;
+    if (winograd_applicable(st))
+      algo = mode == "winograd" ? kConvWinogradF4x4 : mode == "winograd2" ? kConvWinogradF2x2 : mode == "auto" ? cost_model_choice(st) : kConvDirect;
+    st.iparams["ALGO"] = algo;
   }
 }
 

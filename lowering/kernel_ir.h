@@ -180,7 +180,8 @@ struct LowerOptions {
   // forces 0); lower_module treats -1 as 0.
   int layout_block = -1;
   // Convolution algorithm for blocked dense convs (conv_algorithm.cpp): "auto" (cost model),
-  // "direct" or "winograd" (every applicable conv). CpuModel reads $NNFUSE_CONV_ALGO.
+  // "direct", "winograd" or "winograd2" (F(4x4) / F(2x2) for every applicable conv). CpuModel
+  // reads $NNFUSE_CONV_ALGO.
   std::string conv_algorithm = "auto";
 };
 
@@ -202,10 +203,12 @@ std::string layout_name(int block);
 nlohmann::json layout_summary(const KernelModule& mod);
 
 // Convolution algorithm per Conv stage (conv_algorithm.cpp), in Stage::iparams["ALGO"]; runs
-// after assign_layouts. mode: "auto" (cost model), "direct", "winograd" (every applicable conv).
-constexpr int64_t kConvDirect = 0, kConvWinogradF4x4 = 1;
+// after assign_layouts. mode: "auto" (cost model), "direct", "winograd" (F(4x4,3x3) for every
+// applicable conv), "winograd2" (F(2x2,3x3) for every applicable conv).
+constexpr int64_t kConvDirect = 0, kConvWinogradF4x4 = 1, kConvWinogradF2x2 = 2;
 void choose_conv_algorithms(KernelModule& mod, const std::string& mode);
-// "direct_nchwc", "winograd_f4x4_3x3", "depthwise_nchwc", "im2col_gemm", "depthwise"; "" for a
+// "direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3", "depthwise_nchwc", "im2col_gemm",
+// "depthwise"; "" for a
 // stage that is not a Conv anchor.
 std::string conv_algorithm_name(const Stage& st);
 // The report's "conv_algorithms" object: the mode, counts per algorithm and each block's choice.

@@ -37,33 +37,45 @@ inline bool conv_winograd_applicable(const ConvNchwcArgs& a) {
          a.OH > 0 && a.OW > 0;
 }
 
-// Transformed weights: [36][Kb][C][L] (each xi slice in the 1x1 NCHWc packed layout), computed in
-// double from [K, C, 3, 3].
-struct PackedConvWinograd {
+// Output tile M x M (4: F(4x4,3x3); 2: F(2x2,3x3)), input tile T = M + 2, T*T products.
+template <int M>
+struct WinogradTile {
+  static_assert(M == 2 || M == 4, "Winograd F(2x2,3x3) or F(4x4,3x3)");
+  static constexpr int T = M + 2, P = T * T;
+};
+
+// Transformed weights: [T*T][Kb][C][L] (each xi slice in the 1x1 NCHWc packed layout), computed
+// in double from [K, C, 3, 3].
+template <int M>
+struct PackedConvWinogradM {
   std::vector<float> u;
   int64_t K = 0, C = 0, L = 0;
   int64_t slice() const { return nchwc_blocks(K, L) * C * L; }
   void pack(const float* w, int64_t k_out, int64_t c_in, int64_t lanes) {
+    constexpr int T = WinogradTile<M>::T;
     K = k_out, C = c_in, L = lanes;
-    static constexpr double G[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                       {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
-    const int64_t Kb = nchwc_blocks(K, L), sl = slice();
-    u.assign(size_t(36 * sl), 0.f);
+    static constexpr double G4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                        {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+    static constexpr double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+    auto G = [](int i, int j) { return M == 4 ? G4[i][j] : G2[i][j]; };
+    const int64_t sl = slice();
+    u.assign(size_t(T * T * sl), 0.f);
     for (int64_t k = 0; k < K; ++k)
       for (int64_t c = 0; c < C; ++c) {
         const float* g = w + (k * C + c) * 9;
-        double t[6][3];  // G g
-        for (int i = 0; i < 6; ++i)
-          for (int j = 0; j < 3; ++j) t[i][j] = G[i][0] * g[0 * 3 + j] + G[i][1] * g[1 * 3 + j] + G[i][2] * g[2 * 3 + j];
-        for (int i = 0; i < 6; ++i)
-          for (int j = 0; j < 6; ++j) {
-            const double v = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
-            u[size_t((i * 6 + j) * sl + ((k / L) * C + c) * L + k % L)] = float(v);
+        double t[T][3];  // G g
+        for (int i = 0; i < T; ++i)
+          for (int j = 0; j < 3; ++j) t[i][j] = G(i, 0) * g[0 * 3 + j] + G(i, 1) * g[1 * 3 + j] + G(i, 2) * g[2 * 3 + j];
+        for (int i = 0; i < T; ++i)
+          for (int j = 0; j < T; ++j) {
+            const double v = t[i][0] * G(j, 0) + t[i][1] * G(j, 1) + t[i][2] * G(j, 2);
+            u[size_t((i * T + j) * sl + ((k / L) * C + c) * L + k % L)] = float(v);
           }
       }
-    (void)Kb;
   }
 };
+using PackedConvWinograd = PackedConvWinogradM<4>;
+using PackedConvWinograd2 = PackedConvWinogradM<2>;
 
 namespace detail {
 
@@ -93,32 +105,65 @@ inline void wino_out_1d(const V& m0, const V& m1, const V& m2, const V& m3, cons
   y[3 * ys] = xsimd::fma(V(8.f), d34, d12) + m5;
 }
 
+// F(2x2,3x3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], A^T = [1 1 1 0; 0 1 -1 -1].
+template <class V>
+inline void wino2_in_1d(const V& d0, const V& d1, const V& d2, const V& d3, V* t, int64_t ts) {
+  t[0 * ts] = d0 - d2;
+  t[1 * ts] = d1 + d2;
+  t[2 * ts] = d2 - d1;
+  t[3 * ts] = d1 - d3;
+}
+template <class V>
+inline void wino2_out_1d(const V& m0, const V& m1, const V& m2, const V& m3, V* y, int64_t ys) {
+  y[0 * ys] = m0 + m1 + m2;
+  y[1 * ys] = m1 - m2 - m3;
+}
+
+// The 1-D transforms of a tile size: in(d[0..T), t, stride), out(m[0..T), y, stride).
+template <int M>
+struct WinogradTransforms;
+template <>
+struct WinogradTransforms<4> {
+  template <class V>
+  static void in(const V* d, V* t, int64_t ts) { wino_in_1d(d[0], d[1], d[2], d[3], d[4], d[5], t, ts); }
+  template <class V>
+  static void out(const V* m, V* y, int64_t ys) { wino_out_1d(m[0], m[1], m[2], m[3], m[4], m[5], y, ys); }
+};
+template <>
+struct WinogradTransforms<2> {
+  template <class V>
+  static void in(const V* d, V* t, int64_t ts) { wino2_in_1d(d[0], d[1], d[2], d[3], t, ts); }
+  template <class V>
+  static void out(const V* m, V* y, int64_t ys) { wino2_out_1d(m[0], m[1], m[2], m[3], y, ys); }
+};
+
 struct WinogradGeom {
   int64_t TH, TW, T;  // tiles per column and row of one image, tiles of all images
 };
 
-inline WinogradGeom winograd_geom(const ConvNchwcArgs& a) {
+inline WinogradGeom winograd_geom(const ConvNchwcArgs& a, int64_t m) {
   WinogradGeom g;
-  g.TH = ceil_div(a.OH, int64_t(4)), g.TW = ceil_div(a.OW, int64_t(4));
+  g.TH = ceil_div(a.OH, m), g.TW = ceil_div(a.OW, m);
   g.T = a.N * g.TH * g.TW;
   return g;
 }
 
 // Phase 1 for tile row th of image n, channel block cb: V[xi][cb][t][L].
-template <class Arch>
+template <class Arch, int M>
 inline void wino_input_row(const ConvNchwcArgs& a, const WinogradGeom& wg, const NchwcInput& in, int64_t n, int64_t cb, int64_t th,
                            float* V_, int64_t vslice) {
   using V = vfloat<Arch>;
+  using Tr = WinogradTransforms<M>;
   constexpr int64_t L = int64_t(V::size);
-  const int64_t C = a.C;
-  const int64_t valid = std::min<int64_t>(L, C - cb * L);  // lanes holding channels
-  const int64_t ih0 = th * 4 - a.pad_top;
+  constexpr int T = WinogradTile<M>::T;
+  const int64_t valid = std::min<int64_t>(L, a.C - cb * L);  // lanes holding channels
+  const int64_t ih0 = th * M - a.pad_top;
   for (int64_t tw = 0; tw < wg.TW; ++tw) {
-    const int64_t iw0 = tw * 4 - a.pad_left;
-    const bool interior = ih0 >= 0 && ih0 + 6 <= a.H && iw0 >= 0 && iw0 + 6 <= a.W && (in.blocked || valid == L);
-    V d[6][6];
-    for (int i = 0; i < 6; ++i)
-      for (int j = 0; j < 6; ++j) {
+    const int64_t iw0 = tw * M - a.pad_left;
+    const bool interior = ih0 >= 0 && ih0 + T <= a.H && iw0 >= 0 && iw0 + T <= a.W;
+    V d[T][T];
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j < T; ++j) {
         const int64_t ih = ih0 + i, iw = iw0 + j;
         if (interior || (uint64_t(ih) < uint64_t(a.H) && uint64_t(iw) < uint64_t(a.W))) {
           if (in.blocked) {
@@ -133,41 +178,47 @@ inline void wino_input_row(const ConvNchwcArgs& a, const WinogradGeom& wg, const
           d[i][j] = V(0.f);
         }
       }
-    V t[6][6];
-    for (int j = 0; j < 6; ++j) wino_in_1d(d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j], &t[0][j], 6);
+    V t[T][T];
+    for (int j = 0; j < T; ++j) {
+      V col[T];
+      for (int i = 0; i < T; ++i) col[i] = d[i][j];
+      Tr::in(col, &t[0][j], T);
+    }
     const int64_t tile = (n * wg.TH + th) * wg.TW + tw;
     float* dst = V_ + (cb * wg.T + tile) * L;
-    for (int i = 0; i < 6; ++i) {
-      V r[6];
-      wino_in_1d(t[i][0], t[i][1], t[i][2], t[i][3], t[i][4], t[i][5], r, 1);
-      for (int j = 0; j < 6; ++j) r[j].store_aligned(dst + (i * 6 + j) * vslice);
+    for (int i = 0; i < T; ++i) {
+      V r[T];
+      Tr::in(t[i], r, 1);
+      for (int j = 0; j < T; ++j) r[j].store_aligned(dst + (i * T + j) * vslice);
     }
   }
 }
 
 // Phase 3 for tile row th of image n, output block kb.
-template <class Arch, class Ep>
-inline void wino_output_row(const ConvNchwcArgs& a, const WinogradGeom& wg, int64_t n, int64_t kb, int64_t th, const float* M,
+template <class Arch, int M, class Ep>
+inline void wino_output_row(const ConvNchwcArgs& a, const WinogradGeom& wg, int64_t n, int64_t kb, int64_t th, const float* Mt,
                             int64_t mslice, const Ep& ep) {
   using V = vfloat<Arch>;
+  using Tr = WinogradTransforms<M>;
   constexpr int64_t L = int64_t(V::size);
+  constexpr int T = WinogradTile<M>::T;
   const int64_t Kb = nchwc_blocks(a.K, L);
   float* yb = a.y + (n * Kb + kb) * a.OH * a.OW * L;
   const int64_t row = n * Kb + kb;
   for (int64_t tw = 0; tw < wg.TW; ++tw) {
     const int64_t tile = (n * wg.TH + th) * wg.TW + tw;
-    const float* src = M + (kb * wg.T + tile) * L;
-    V t[4][6];
-    for (int j = 0; j < 6; ++j) {
-      V m[6];
-      for (int i = 0; i < 6; ++i) m[i] = V::load_aligned(src + (i * 6 + j) * mslice);
-      wino_out_1d(m[0], m[1], m[2], m[3], m[4], m[5], &t[0][j], 6);
+    const float* src = Mt + (kb * wg.T + tile) * L;
+    V t[M][T];
+    for (int j = 0; j < T; ++j) {
+      V m[T];
+      for (int i = 0; i < T; ++i) m[i] = V::load_aligned(src + (i * T + j) * mslice);
+      Tr::out(m, &t[0][j], T);
     }
-    const int64_t oh0 = th * 4, ow0 = tw * 4;
-    const int64_t nh = std::min<int64_t>(4, a.OH - oh0), nw = std::min<int64_t>(4, a.OW - ow0);
+    const int64_t oh0 = th * M, ow0 = tw * M;
+    const int64_t nh = std::min<int64_t>(M, a.OH - oh0), nw = std::min<int64_t>(M, a.OW - ow0);
     for (int64_t i = 0; i < nh; ++i) {
-      V y[4];
-      wino_out_1d(t[i][0], t[i][1], t[i][2], t[i][3], t[i][4], t[i][5], y, 1);
+      V y[M];
+      Tr::out(t[i], y, 1);
       for (int64_t j = 0; j < nw; ++j) {
         const int64_t p = (oh0 + i) * a.OW + ow0 + j;
         ep(y[j], row, p * L).store_unaligned(yb + p * L);
@@ -179,28 +230,29 @@ inline void wino_output_row(const ConvNchwcArgs& a, const WinogradGeom& wg, int6
 }  // namespace detail
 
 // y = ep(conv(x, w)) for a convolution conv_winograd_applicable() accepts, w packed by
-// PackedConvWinograd (same K, C, L). Same (row, col) epilogue space as conv2d_nchwc.
-template <class Arch, class Ep = IdentityEpilogue, class ParFor = SerialFor>
-void conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinograd& pw, const Ep& ep = {}, const ParFor& par = {}) {
+// PackedConvWinogradM<M> (same K, C, L). Same (row, col) epilogue space as conv2d_nchwc.
+template <class Arch, int M, class Ep = IdentityEpilogue, class ParFor = SerialFor>
+void conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>& pw, const Ep& ep = {}, const ParFor& par = {}) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
+  constexpr int P = WinogradTile<M>::P;
   if (a.N <= 0 || a.K <= 0 || a.OH <= 0 || a.OW <= 0) return;
-  const detail::WinogradGeom wg = detail::winograd_geom(a);
+  const detail::WinogradGeom wg = detail::winograd_geom(a, M);
   const int64_t Cb = nchwc_blocks(a.C, L), Kb = nchwc_blocks(a.K, L);
   const int64_t vslice = Cb * wg.T * L, mslice = Kb * wg.T * L;
-  float* Vt = thread_scratch(ScratchSlot::WinogradV, 36 * vslice);
-  float* Mt = thread_scratch(ScratchSlot::WinogradM, 36 * mslice);
+  float* Vt = thread_scratch(ScratchSlot::WinogradV, P * vslice);
+  float* Mt = thread_scratch(ScratchSlot::WinogradM, P * mslice);
   const detail::NchwcInput in(a.x, a.x_blocked, a.N, a.C, a.H, a.W, L);
 
   // 1. input transform
   par(a.N * Cb * wg.TH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t th = t % wg.TH, cb = (t / wg.TH) % Cb, n = t / (wg.TH * Cb);
-      detail::wino_input_row<Arch>(a, wg, in, n, cb, th, Vt, vslice);
+      detail::wino_input_row<Arch, M>(a, wg, in, n, cb, th, Vt, vslice);
     }
   });
 
-  // 2. 36 products, each a 1x1 NCHWc convolution over the T tiles (one image, one row of T).
+  // 2. P products, each a 1x1 NCHWc convolution over the T tiles (one image, one row of T).
   constexpr int OCBMAX = V::size == 8 ? 2 : 4;
   constexpr int64_t UR = detail::conv_nchwc_ur<Arch, OCBMAX>();
   const int64_t kgroups = ceil_div(Kb, int64_t(OCBMAX));
@@ -208,9 +260,9 @@ void conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinograd& pw,
   const int64_t cchunk = std::max<int64_t>(1, 32768 / (OCBMAX * L));
   const int64_t qmax = std::max<int64_t>(UR, 16384 / (OCBMAX * L) / UR * UR);
   const int64_t want = 4 * std::max<int64_t>(1, a.threads);
-  const int64_t nseg_want = std::max<int64_t>(1, ceil_div(want, 36 * kgroups));
+  const int64_t nseg_want = std::max<int64_t>(1, ceil_div(want, P * kgroups));
   const int64_t qseg = std::min(qmax, ceil_div(ceil_div(wg.T, nseg_want), UR) * UR), nseg = ceil_div(wg.T, qseg);
-  par(36 * kgroups * nseg, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+  par(P * kgroups * nseg, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t s = t % nseg, kg = (t / nseg) % kgroups, xi = t / (nseg * kgroups);
       ConvNchwcArgs b;
@@ -233,7 +285,7 @@ void conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinograd& pw,
   par(a.N * Kb * wg.TH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t th = t % wg.TH, kb = (t / wg.TH) % Kb, n = t / (wg.TH * Kb);
-      detail::wino_output_row<Arch>(a, wg, n, kb, th, Mt, mslice, ep);
+      detail::wino_output_row<Arch, M>(a, wg, n, kb, th, Mt, mslice, ep);
     }
   });
 }

@@ -282,6 +282,51 @@ inline std::vector<float> to_blocked(const std::vector<float>& x, int64_t N, int
   return y;
 }
 
+// Winograd F(MxM, 3x3) against naive loops (M = 4 and 2).
+template <class Arch, int M>
+void winograd_cases(Checker& ck) {
+  constexpr int64_t L = int64_t(mk::vfloat<Arch>::size);
+  // Winograd F(MxM,3x3) (conv_winograd.h): output sizes that are not multiples of M, pads 0 to 2
+  // (tiles reading past every border), channel counts that are not multiples of L, plain and
+  // blocked input, batch 2, and more input channels than one 1x1 pass holds (partial sums).
+  struct WC { int64_t N, C, H, W, K, p; bool xblk; };
+  for (WC c : {WC{1, 3, 7, 9, 5, 1, false}, WC{2, 17, 11, 10, 20, 1, true}, WC{1, 16, 8, 8, 16, 1, true},
+               WC{1, 33, 13, 6, 40, 0, true}, WC{1, 7, 5, 5, 3, 2, true}, WC{1, 600, 6, 7, 18, 1, true},
+               WC{2, 130, 7, 7, 70, 1, true}, WC{1, 2, 1, 1, 2, 1, false}}) {
+    const int64_t OH = c.H + 2 * c.p - 2, OW = c.W + 2 * c.p - 2, Kb = mk::nchwc_blocks(c.K, L);
+    auto x = rnd(size_t(c.N * c.C * c.H * c.W), 51), w = rnd(size_t(c.K * c.C * 9), 52), bias = rnd(size_t(c.K), 53);
+    const std::vector<double> want = naive_conv_bias_relu(x, w, bias, c.N, c.C, c.H, c.W, c.K, 3, 3, 1, c.p, 1, 1);
+    auto xb = c.xblk ? to_blocked(x, c.N, c.C, c.H * c.W, L) : x;
+    mk::PackedConvWinogradM<M> pw;
+    pw.pack(w.data(), c.K, c.C, L);
+    std::vector<float> bpad(size_t(Kb * L), 0.f);
+    std::copy(bias.begin(), bias.end(), bpad.begin());
+    mk::ConvNchwcArgs a;
+    a.N = c.N, a.C = c.C, a.H = c.H, a.W = c.W, a.K = c.K, a.OH = OH, a.OW = OW, a.KH = a.KW = 3;
+    a.pad_top = a.pad_left = c.p, a.x = xb.data(), a.x_blocked = c.xblk;
+    std::string what = "conv_winograd F" + std::to_string(M) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K) + " " + std::to_string(c.H) + "x" +
+                       std::to_string(c.W) + " pad " + std::to_string(c.p) + (c.xblk ? "" : " plain-input");
+    if (!mk::conv_winograd_applicable(a)) {
+      std::printf("FAIL %s: not applicable\n", what.c_str());
+      ++ck.failures;
+      continue;
+    }
+    std::vector<float> out[3];
+    for (int par = 0; par < 3; ++par) {
+      std::vector<float> yb(size_t(c.N * Kb * OH * OW * L), std::nanf(""));
+      a.y = yb.data();
+      a.threads = par == 0 ? 1 : par == 1 ? 2 : 7;
+      if (par == 1) mk::conv2d_nchwc_winograd<Arch>(a, pw, BlockedBiasRelu<Arch>{bpad.data(), Kb}, Two{});
+      else mk::conv2d_nchwc_winograd<Arch>(a, pw, BlockedBiasRelu<Arch>{bpad.data(), Kb});
+      out[par].resize(want.size());
+      mk::nchwc_to_nchw(yb.data(), c.N, c.K, OH * OW, L, out[par].data());
+    }
+    ck.close_scaled(what.c_str(), out[0], want, 2e-5);
+    ck.same(what.c_str(), out[0], out[1]);
+    ck.same(what.c_str(), out[0], out[2]);
+  }
+}
+
 template <class Arch>
 void nchwc_cases(Checker& ck) {
   constexpr int64_t L = int64_t(mk::vfloat<Arch>::size);
@@ -329,45 +374,8 @@ void nchwc_cases(Checker& ck) {
     ck.same(what.c_str(), out[0], out[1]);
     ck.same(what.c_str(), out[0], out[2]);
   }
-  // Winograd F(4x4,3x3) (conv_winograd.h): output sizes that are not multiples of 4, pads 0 to 2
-  // (tiles reading past every border), channel counts that are not multiples of L, plain and
-  // blocked input, batch 2, and more input channels than one 1x1 pass holds (partial sums).
-  struct WC { int64_t N, C, H, W, K, p; bool xblk; };
-  for (WC c : {WC{1, 3, 7, 9, 5, 1, false}, WC{2, 17, 11, 10, 20, 1, true}, WC{1, 16, 8, 8, 16, 1, true},
-               WC{1, 33, 13, 6, 40, 0, true}, WC{1, 7, 5, 5, 3, 2, true}, WC{1, 600, 6, 7, 18, 1, true},
-               WC{2, 130, 7, 7, 70, 1, true}, WC{1, 2, 1, 1, 2, 1, false}}) {
-    const int64_t OH = c.H + 2 * c.p - 2, OW = c.W + 2 * c.p - 2, Kb = mk::nchwc_blocks(c.K, L);
-    auto x = rnd(size_t(c.N * c.C * c.H * c.W), 51), w = rnd(size_t(c.K * c.C * 9), 52), bias = rnd(size_t(c.K), 53);
-    const std::vector<double> want = naive_conv_bias_relu(x, w, bias, c.N, c.C, c.H, c.W, c.K, 3, 3, 1, c.p, 1, 1);
-    auto xb = c.xblk ? to_blocked(x, c.N, c.C, c.H * c.W, L) : x;
-    mk::PackedConvWinograd pw;
-    pw.pack(w.data(), c.K, c.C, L);
-    std::vector<float> bpad(size_t(Kb * L), 0.f);
-    std::copy(bias.begin(), bias.end(), bpad.begin());
-    mk::ConvNchwcArgs a;
-    a.N = c.N, a.C = c.C, a.H = c.H, a.W = c.W, a.K = c.K, a.OH = OH, a.OW = OW, a.KH = a.KW = 3;
-    a.pad_top = a.pad_left = c.p, a.x = xb.data(), a.x_blocked = c.xblk;
-    std::string what = "conv_winograd C" + std::to_string(c.C) + " K" + std::to_string(c.K) + " " + std::to_string(c.H) + "x" +
-                       std::to_string(c.W) + " pad " + std::to_string(c.p) + (c.xblk ? "" : " plain-input");
-    if (!mk::conv_winograd_applicable(a)) {
-      std::printf("FAIL %s: not applicable\n", what.c_str());
-      ++ck.failures;
-      continue;
-    }
-    std::vector<float> out[3];
-    for (int par = 0; par < 3; ++par) {
-      std::vector<float> yb(size_t(c.N * Kb * OH * OW * L), std::nanf(""));
-      a.y = yb.data();
-      a.threads = par == 0 ? 1 : par == 1 ? 2 : 7;
-      if (par == 1) mk::conv2d_nchwc_winograd<Arch>(a, pw, BlockedBiasRelu<Arch>{bpad.data(), Kb}, Two{});
-      else mk::conv2d_nchwc_winograd<Arch>(a, pw, BlockedBiasRelu<Arch>{bpad.data(), Kb});
-      out[par].resize(want.size());
-      mk::nchwc_to_nchw(yb.data(), c.N, c.K, OH * OW, L, out[par].data());
-    }
-    ck.close_scaled(what.c_str(), out[0], want, 2e-5);
-    ck.same(what.c_str(), out[0], out[1]);
-    ck.same(what.c_str(), out[0], out[2]);
-  }
+  winograd_cases<Arch, 4>(ck);
+  winograd_cases<Arch, 2>(ck);
   {  // Not applicable: strided, dilated, 5x5, depthwise.
     mk::ConvNchwcArgs a;
     a.C = a.K = 8, a.H = a.W = 8, a.OH = a.OW = 8, a.KH = a.KW = 3;

@@ -1,5 +1,5 @@
 // Convolution algorithm per stage (lowering/conv_algorithm.cpp): the cost model's choice between
-// the direct NCHW<c>c kernel and Winograd F(4x4,3x3), the forced modes, the report, and that the
+// the direct NCHW<c>c kernel and Winograd F(4x4,3x3) / F(2x2,3x3), the forced modes, the report, and that the
 // generated code computes what the reference interpreter computes with either algorithm (plain
 // graph input, padding on every border, output sizes that are not multiples of 4, a residual
 // epilogue, batch 2).
@@ -58,9 +58,11 @@ TEST_CASE("conv algorithm: cost model, forced modes and the generated code match
   TensorMap feeds = random_feeds(m.graph, 11);
   TensorMap want = run_reference(m.graph, feeds);
   fs::path cache = fs::temp_directory_path() / ("nnfuse_test_convalgo_" + std::to_string(::getpid()));
-  // auto: the two 3x3 stride-1 convs over 2 x 4 x 3 tiles take Winograd; the strided conv cannot,
-  // and the 7x7 map's 4 tiles do not pay for streaming 4x larger weights.
-  for (auto [mode, wino, direct] : {std::tuple{"auto", 2, 3}, std::tuple{"direct", 0, 5}, std::tuple{"winograd", 3, 2}}) {
+  // auto: the two 3x3 stride-1 convs over 2 x 4 x 3 = 24 tiles of 4x4 take F(4x4); the 7x7 map
+  // (4 such tiles, which do not pay for streaming 4x larger weights) takes F(2x2) over its 16
+  // tiles of 2x2; the strided and the 1x1 conv cannot.
+  for (auto [mode, wino, wino2, direct] : {std::tuple{"auto", 2, 1, 2}, std::tuple{"direct", 0, 0, 5}, std::tuple{"winograd", 3, 0, 2},
+                                           std::tuple{"winograd2", 0, 3, 2}}) {
     INFO("mode " << mode);
     CpuCompileOptions o;
     o.target = "host";
@@ -70,16 +72,18 @@ TEST_CASE("conv algorithm: cost model, forced modes and the generated code match
     auto cm = CpuModel::build(m.graph, &plan, o);
     auto n = algorithm_counts(cm->module());
     CHECK(n["winograd_f4x4_3x3"] == wino);
+    CHECK(n["winograd_f2x2_3x3"] == wino2);
     CHECK(n["direct_nchwc"] == direct);
     auto summary = cm->info()["memory"]["conv_algorithms"];
     CHECK(summary["mode"] == mode);
     CHECK(summary["counts"].value("winograd_f4x4_3x3", 0) == wino);
+    CHECK(summary["counts"].value("winograd_f2x2_3x3", 0) == wino2);
     // Winograd rounds differently from the direct sum: a few 1e-6 relative to the outputs' scale.
     check_close(cm->run(feeds), want, 1e-4, 1e-4);
     auto prof = cm->profile(feeds);
     int profiled_wino = 0;
-    for (auto& row : prof) profiled_wino += row.value("algorithm", std::string()) == "winograd_f4x4_3x3";
-    CHECK(profiled_wino == wino);
+    for (auto& row : prof) profiled_wino += row.value("algorithm", std::string()).rfind("winograd", 0) == 0;
+    CHECK(profiled_wino == wino + wino2);
   }
   SECTION("an unknown mode is an error naming it") {
     CpuCompileOptions o;
