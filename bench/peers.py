@@ -15,6 +15,8 @@ OpenVINO runs on its CPU plugin with INFERENCE_PRECISION_HINT=f32 (no bf16 down-
 CPUs that have AVX-512 BF16), PERFORMANCE_HINT=LATENCY and INFERENCE_NUM_THREADS = the thread count.
 ORT runs with ORT_ENABLE_ALL, intra_op_num_threads = the thread count, inter_op 1.
 
+Needs `pip install openvino` (not installed by scripts/setup.sh: the tests do not use it).
+
 Models: zoo names (exported by `nnfuse zoo export`) and the CNN-shaped framework exports of the
 test suite (tests/python/test_framework_exports.py, with their --shape bindings), e.g.
   python3 bench/peers.py --models resnet50,mobilenetv2,efficientnet_b0 --threads 1,2
@@ -38,7 +40,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 
 # The CNN-shaped framework exports of the test suite (builders in test_framework_exports.py).
 CNN_EXPORTS = ["pytorch_cnn_opset13", "tf2onnx_cnn_opset13", "paddle_cnn_opset13", "pytorch_mobilenetv3_opset14",
-               "pytorch_resnext_pad_opset13", "pytorch_fpn_upsample_opset13", "pytorch_unet_decoder_opset13"]
+               "pytorch_resnext_pad_opset13", "pytorch_fpn_upsample_opset13", "pytorch_unet_decoder_opset13",
+               "pytorch_speech_frontend_opset17"]
 ZOO_CNNS = ["resnet50", "mobilenetv2", "efficientnet_b0"]
 
 
