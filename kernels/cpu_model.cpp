@@ -73,7 +73,7 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
   m->plan_ = plan ? *plan : singleton_plan(g);
   LowerOptions lo = o.lower;
   if (lo.layout_block < 0) lo.layout_block = layout_block_for(o.target);
-  // $NNFUSE_CONV_ALGO=direct|winograd|auto overrides the cost model's choice (comparisons).
+  // $NNFUSE_CONV_ALGO=auto|direct|winograd|winograd2 overrides the cost model's choice (comparisons).
   if (const char* e = std::getenv("NNFUSE_CONV_ALGO"); e && *e && lo.conv_algorithm == "auto") lo.conv_algorithm = e;
   m->mod_ = lower_module(g, m->plan_, lo);
   double lower_ms = ms_since(t0);

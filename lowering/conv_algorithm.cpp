@@ -64,8 +64,13 @@ void choose_conv_algorithms(KernelModule& mod, const std::string& mode) {
   for (auto& st : mod.stages) {
     if (st.kind != StageKind::Anchor || st.anchor_op != "Conv") continue;
     int64_t algo = kConvDirect;
-    if (winograd_applicable(st))
-      algo = mode == "winograd" ? kConvWinogradF4x4 : mode == "winograd2" ? kConvWinogradF2x2 : mode == "auto" ? cost_model_choice(st) : kConvDirect;
+    if (winograd_applicable(st)) {
+      if (mode == "auto") algo = cost_model_choice(st);
+      // A forced Winograd mode still keeps the scratch bound: a layer whose transformed input would
+      // not fit runs direct rather than allocating without limit.
+      else if (mode == "winograd" && scratch_fits(st, 4)) algo = kConvWinogradF4x4;
+      else if (mode == "winograd2" && scratch_fits(st, 2)) algo = kConvWinogradF2x2;
+    }
     st.iparams["ALGO"] = algo;
   }
 }

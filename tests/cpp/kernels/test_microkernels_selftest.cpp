@@ -108,10 +108,11 @@ void gemm_cases(Checker& ck) {
 
 // relu(conv(x, w) + bias) in double: NCHW, `g` groups, stride s, padding p on every side,
 // dilation d.
-inline std::vector<double> naive_conv_bias_relu(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& bias,
-                                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t KH, int64_t KW,
-                                                int64_t s, int64_t p, int64_t d, int64_t g) {
-  const int64_t OH = (H + 2 * p - (KH - 1) * d - 1) / s + 1, OW = (W + 2 * p - (KW - 1) * d - 1) / s + 1;
+// Pads per side: top, left, bottom, right.
+inline std::vector<double> naive_conv_bias_relu_pads(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& bias,
+                                                     int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t KH, int64_t KW, int64_t s,
+                                                     int64_t pt, int64_t pl, int64_t pb, int64_t pr, int64_t d, int64_t g) {
+  const int64_t OH = (H + pt + pb - (KH - 1) * d - 1) / s + 1, OW = (W + pl + pr - (KW - 1) * d - 1) / s + 1;
   const int64_t Cg = C / g, Kg = K / g;
   std::vector<double> want(size_t(N * K * OH * OW));
   for (int64_t n = 0; n < N; ++n)
@@ -122,13 +123,19 @@ inline std::vector<double> naive_conv_bias_relu(const std::vector<float>& x, con
           for (int64_t ci = 0; ci < Cg; ++ci)
             for (int64_t kh = 0; kh < KH; ++kh)
               for (int64_t kw = 0; kw < KW; ++kw) {
-                int64_t ih = oh * s - p + kh * d, iw = ow * s - p + kw * d;
+                int64_t ih = oh * s - pt + kh * d, iw = ow * s - pl + kw * d;
                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
                 acc += double(x[size_t(((n * C + (k / Kg) * Cg + ci) * H + ih) * W + iw)]) * w[size_t(((k * Cg + ci) * KH + kh) * KW + kw)];
               }
           want[size_t(((n * K + k) * OH + oh) * OW + ow)] = std::max(acc + bias[size_t(k)], 0.0);
         }
   return want;
+}
+
+inline std::vector<double> naive_conv_bias_relu(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& bias,
+                                                int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t KH, int64_t KW,
+                                                int64_t s, int64_t p, int64_t d, int64_t g) {
+  return naive_conv_bias_relu_pads(x, w, bias, N, C, H, W, K, KH, KW, s, p, p, p, p, d, g);
 }
 
 template <class Arch>
@@ -288,14 +295,19 @@ void winograd_cases(Checker& ck) {
   constexpr int64_t L = int64_t(mk::vfloat<Arch>::size);
   // Winograd F(MxM,3x3) (conv_winograd.h): output sizes that are not multiples of M, pads 0 to 2
   // (tiles reading past every border), channel counts that are not multiples of L, plain and
-  // blocked input, batch 2, and more input channels than one 1x1 pass holds (partial sums).
-  struct WC { int64_t N, C, H, W, K, p; bool xblk; };
-  for (WC c : {WC{1, 3, 7, 9, 5, 1, false}, WC{2, 17, 11, 10, 20, 1, true}, WC{1, 16, 8, 8, 16, 1, true},
-               WC{1, 33, 13, 6, 40, 0, true}, WC{1, 7, 5, 5, 3, 2, true}, WC{1, 600, 6, 7, 18, 1, true},
-               WC{2, 130, 7, 7, 70, 1, true}, WC{1, 2, 1, 1, 2, 1, false}}) {
-    const int64_t OH = c.H + 2 * c.p - 2, OW = c.W + 2 * c.p - 2, Kb = mk::nchwc_blocks(c.K, L);
+  // blocked input, batch 2, and more input channels than one 1x1 pass holds (partial sums). The
+  // kernel takes the top and left pads; the bottom and right ones follow from OH and OW, so
+  // unequal pads (SAME_UPPER/LOWER, asymmetric Pad folded into the conv) and pads of 3 (whole
+  // tiles in the padding) are cases too.
+  struct WC { int64_t N, C, H, W, K, pt, pl, pb, pr; bool xblk; };
+  for (WC c : {WC{1, 3, 7, 9, 5, 1, 1, 1, 1, false}, WC{2, 17, 11, 10, 20, 1, 1, 1, 1, true}, WC{1, 16, 8, 8, 16, 1, 1, 1, 1, true},
+               WC{1, 33, 13, 6, 40, 0, 0, 0, 0, true}, WC{1, 7, 5, 5, 3, 2, 2, 2, 2, true}, WC{1, 600, 6, 7, 18, 1, 1, 1, 1, true},
+               WC{2, 130, 7, 7, 70, 1, 1, 1, 1, true}, WC{1, 2, 1, 1, 2, 1, 1, 1, 1, false},
+               WC{1, 9, 9, 8, 11, 1, 0, 2, 1, true}, WC{2, 17, 10, 9, 8, 0, 2, 1, 0, false}, WC{1, 5, 6, 7, 6, 3, 3, 3, 3, true},
+               WC{1, 20, 12, 5, 24, 0, 1, 1, 3, true}}) {
+    const int64_t OH = c.H + c.pt + c.pb - 2, OW = c.W + c.pl + c.pr - 2, Kb = mk::nchwc_blocks(c.K, L);
     auto x = rnd(size_t(c.N * c.C * c.H * c.W), 51), w = rnd(size_t(c.K * c.C * 9), 52), bias = rnd(size_t(c.K), 53);
-    const std::vector<double> want = naive_conv_bias_relu(x, w, bias, c.N, c.C, c.H, c.W, c.K, 3, 3, 1, c.p, 1, 1);
+    const std::vector<double> want = naive_conv_bias_relu_pads(x, w, bias, c.N, c.C, c.H, c.W, c.K, 3, 3, 1, c.pt, c.pl, c.pb, c.pr, 1, 1);
     auto xb = c.xblk ? to_blocked(x, c.N, c.C, c.H * c.W, L) : x;
     mk::PackedConvWinogradM<M> pw;
     pw.pack(w.data(), c.K, c.C, L);
@@ -303,9 +315,10 @@ void winograd_cases(Checker& ck) {
     std::copy(bias.begin(), bias.end(), bpad.begin());
     mk::ConvNchwcArgs a;
     a.N = c.N, a.C = c.C, a.H = c.H, a.W = c.W, a.K = c.K, a.OH = OH, a.OW = OW, a.KH = a.KW = 3;
-    a.pad_top = a.pad_left = c.p, a.x = xb.data(), a.x_blocked = c.xblk;
+    a.pad_top = c.pt, a.pad_left = c.pl, a.x = xb.data(), a.x_blocked = c.xblk;
     std::string what = "conv_winograd F" + std::to_string(M) + " C" + std::to_string(c.C) + " K" + std::to_string(c.K) + " " + std::to_string(c.H) + "x" +
-                       std::to_string(c.W) + " pad " + std::to_string(c.p) + (c.xblk ? "" : " plain-input");
+                       std::to_string(c.W) + " pads " + std::to_string(c.pt) + "," + std::to_string(c.pl) + "," + std::to_string(c.pb) + "," +
+                       std::to_string(c.pr) + (c.xblk ? "" : " plain-input");
     if (!mk::conv_winograd_applicable(a)) {
       std::printf("FAIL %s: not applicable\n", what.c_str());
       ++ck.failures;
@@ -341,7 +354,12 @@ void nchwc_cases(Checker& ck) {
               // 5x5, stride 1): pads 0-2, KH != KW, batch 2, a row narrower than the kernel's span.
               C{1, 20, 14, 14, 20, 5, 5, 1, 2, 1, true, true}, C{2, 17, 6, 5, 17, 3, 3, 1, 0, 1, true, true},
               C{1, 33, 7, 7, 33, 5, 5, 1, 2, 1, true, true}, C{1, 5, 6, 3, 5, 5, 5, 1, 2, 1, true, true},
-              C{1, 40, 56, 28, 40, 5, 5, 1, 2, 1, true, true}}) {
+              C{1, 40, 56, 28, 40, 5, 5, 1, 2, 1, true, true},
+              // Narrow depthwise maps off the padded-row path's stride-1 case: stride 2, dilation
+              // 2, and pads past the kernel's reach (whole rows and columns of padding). Depthwise
+              // reads blocked input only (the layout pass blocks a depthwise conv's input first).
+              C{1, 20, 9, 4, 20, 3, 3, 2, 1, 1, true, true}, C{2, 20, 9, 5, 20, 3, 3, 1, 2, 2, true, true},
+              C{1, 17, 8, 6, 17, 5, 5, 1, 4, 1, true, true}, C{1, 9, 7, 3, 9, 3, 3, 2, 3, 2, true, true}}) {
     const int64_t OH = (c.H + 2 * c.p - (c.KH - 1) * c.d - 1) / c.s + 1, OW = (c.W + 2 * c.p - (c.KW - 1) * c.d - 1) / c.s + 1;
     const int64_t Cg = c.dw ? 1 : c.C, Kb = mk::nchwc_blocks(c.K, L);
     auto x = rnd(size_t(c.N * c.C * c.H * c.W), 31), w = rnd(size_t(c.K * Cg * c.KH * c.KW), 32), bias = rnd(size_t(c.K), 33);

@@ -6,7 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+
+#include <nlohmann/json.hpp>
 
 #include "fusion/planner.h"
 #include "fusion/target.h"
@@ -84,6 +87,26 @@ TEST_CASE("conv algorithm: cost model, forced modes and the generated code match
     int profiled_wino = 0;
     for (auto& row : prof) profiled_wino += row.value("algorithm", std::string()).rfind("winograd", 0) == 0;
     CHECK(profiled_wino == wino + wino2);
+  }
+  SECTION("an artifact keeps the algorithms; one without the key is refused, never run with direct weights") {
+    CpuCompileOptions o;
+    o.target = "host";
+    o.cache_dir = cache.string();
+    o.threads = 2;
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    fs::path art = cache / "artifact";
+    cm->save(art.string());
+    auto loaded = CpuModel::load(art.string(), 2);
+    CHECK(algorithm_counts(loaded->module()) == algorithm_counts(cm->module()));
+    CHECK(algorithm_counts(loaded->module())["winograd_f4x4_3x3"] == 2);
+    check_close(loaded->run(feeds), want, 1e-4, 1e-4);
+    // An artifact from before the choice existed loads as direct; these kernels are Winograd, so
+    // the code hash no longer matches and the load fails with a stale-artifact error.
+    nlohmann::json pj;
+    std::ifstream(art / "plan.json") >> pj;
+    pj.erase("conv_algorithm");
+    std::ofstream(art / "plan.json") << pj.dump();
+    CHECK_THROWS_WITH(CpuModel::load(art.string(), 2), Catch::Contains("stale"));
   }
   SECTION("an unknown mode is an error naming it") {
     CpuCompileOptions o;
