@@ -1,7 +1,7 @@
 // Microbenchmark of the CPU microkernels against the machine's measured FMA peak (issue 21).
 //
 //   g++ -O3 -std=c++20 -fno-math-errno -DNDEBUG -march=native -I. bench/kernels_bench.cpp -o kernels_bench -pthread
-//   ./kernels_bench [--threads 1] [--reps 5] [--only gemm|conv]
+//   ./kernels_bench [--threads 1] [--reps 5] [--only gemm|gemv|conv]
 //
 // (-march=native: the best ISA of this machine, as `--target host` compiles generated kernels.)
 // Prints one line per case: shape, best-of-reps milliseconds, GFLOP/s and the percentage of the
@@ -115,6 +115,43 @@ void bench_gemm(int64_t M, int64_t N, int64_t K, const ThreadFor& par, int reps,
   eff.push_back(fl / s * 1e-9 / peak);
 }
 
+// Batch-1 (and 2, 4) matrix-vector products against packed weights: bound by reading B, so the
+// figure is GB/s of B read, against a read-only stream of the same size measured here (B stays in L3 when
+// it fits: the LSTM's recurrent weights are read once per time step, so that is its regime).
+// Read-only stream of `bytes` (a vector sum over 8 accumulators): what a GEMV's B stream can
+// reach at best from wherever a buffer of that size lives between reps (L2, L3 or memory).
+double stream_gbs(size_t bytes, int reps) {
+  auto src = random_vec(bytes / sizeof(float), 5);
+  volatile float sink = 0;
+  const double s = seconds_of([&] {
+    V acc[8];
+    for (auto& a : acc) a = V(0.f);
+    const float* p = src.data();
+    const size_t n = src.size() / (8 * L) * (8 * L);
+    for (size_t i = 0; i < n; i += 8 * L)
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) acc[j] += V::load_unaligned(p + i + size_t(j) * L);
+    V t(0.f);
+    for (auto& a : acc) t += a;
+    sink = sink + xsimd::hadd(t);
+  }, reps);
+  return double(bytes) / s * 1e-9;
+}
+
+void bench_gemv(int64_t M, int64_t N, int64_t K, const char* what, const ThreadFor& par, int reps, double peak) {
+  auto A = random_vec(size_t(M * K), 3), B = random_vec(size_t(K * N), 4);
+  std::vector<float> C(size_t(M * N));
+  mk::PackedB<Arch> pb;
+  pb.pack(K, N, B.data(), N, 1);
+  mk::GemmArgs g = mk::GemmArgs::matmul(M, N, K, A.data(), false, B.data(), false, C.data());
+  const double s = seconds_of([&] { mk::gemm_packed<Arch>(g, pb, mk::IdentityEpilogue{}, par); }, reps * 4);
+  const double bytes = double(K) * double(N) * 4, fl = 2.0 * double(M) * double(N) * double(K);
+  const double copy = stream_gbs(size_t(bytes), reps * 4);
+  std::printf("gemv  %-44s %9.3f ms %6.1f GB/s of B (read stream of %.0f MB: %5.1f GB/s, %3.0f%%) %5.1f%% of FMA peak\n",
+              (std::string(what) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K)).c_str(), s * 1e3,
+              bytes / s * 1e-9, bytes * 1e-6, copy, 100.0 * bytes / s * 1e-9 / copy, 100.0 * fl / s * 1e-9 / peak);
+}
+
 template <int M>
 double bench_winograd(mk::ConvNchwcArgs a, const std::vector<float>& w, const std::vector<float>& y, double s, double fl,
                       const ThreadFor& par, int reps, double peak);
@@ -190,7 +227,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--threads T] [--reps N] [--only gemm|conv]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads T] [--reps N] [--only gemm|gemv|conv]\n", argv[0]);
       return 2;
     }
   }
@@ -212,6 +249,14 @@ int main(int argc, char** argv) {
     for (double e : shapes) gs += std::log(e);
     std::printf("gemm geomean: large squares %.1f%% of peak, transformer shapes %.1f%%\n", 100 * std::exp(gb / big.size()),
                 100 * std::exp(gs / shapes.size()));
+  }
+  if (only.empty() || only == "gemv") {
+    for (int64_t m : {1, 2, 4}) {
+      bench_gemv(m, 4096, 1024, "lstm-recurrent", par, reps, peak);  // LSTM H=1024: h . R^T
+      bench_gemv(m, 3072, 768, "gpt2-mlp-up", par, reps, peak);       // one decoded token
+      bench_gemv(m, 1000, 2048, "resnet-fc", par, reps, peak);        // classifier head
+      bench_gemv(m, 8000, 1024, "vocab-head", par, reps, peak);       // seq2seq output projection
+    }
   }
   if (only.empty() || only == "conv") {
     const ConvCase cases[] = {

@@ -151,13 +151,19 @@ inline void pack_b_panel(const float* B, int64_t b_rs, int64_t b_cs, int64_t k0,
 }
 
 // The MR x NR microkernel: acc = Ap^T Bp over kc, then C (+)= acc, epilogue on the last K block.
-template <class Arch, int MR, int NB, class Ep>
+// ROWS <= MR rows of the MR-row A panel are computed: a panel with few valid rows (batch-1
+// matrix-vector products, the last rows of M) takes a kernel of 1, 2 or 4 rows, whose FMAs per
+// B vector no longer hide the B stream (an 8-row kernel on one row spends 8x the FMAs, which on
+// a 1-FMA-per-cycle core caps a GEMV at 8 bytes of B per cycle). Each row's sum runs in the same
+// order in every variant, so the result of a row does not depend on which one computed it.
+template <class Arch, int MR, int NB, class Ep, int ROWS = MR>
 inline void gemm_micro(int64_t kc, const float* __restrict Ap, const float* __restrict Bp, float* C, int64_t ldc,
                        int64_t mr, int64_t nr, bool first, bool last, float alpha, int64_t row0, int64_t col0,
                        const Ep& ep) {
   using V = vfloat<Arch>;
   constexpr int L = int(V::size);
   constexpr int NR = NB * L;
+  static_assert(ROWS >= 1 && ROWS <= MR, "gemm_micro: 1 <= ROWS <= MR");
   V acc[MR][NB];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
@@ -168,13 +174,13 @@ inline void gemm_micro(int64_t kc, const float* __restrict Ap, const float* __re
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) b[j] = V::load_aligned(Bp + k * NR + j * L);
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < ROWS; ++r) {
       V a(Ap[k * MR + r]);
 #pragma GCC unroll 4
       for (int j = 0; j < NB; ++j) acc[r][j] = xsimd::fma(a, b[j], acc[r][j]);
     }
   }
-  if (mr == MR && nr == NR) {
+  if (ROWS == MR && mr == MR && nr == NR) {
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -192,7 +198,7 @@ inline void gemm_micro(int64_t kc, const float* __restrict Ap, const float* __re
   }
   alignas(64) float tmp[MR * NR];
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
+  for (int r = 0; r < ROWS; ++r)
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) acc[r][j].store_aligned(tmp + r * NR + j * L);
   for (int64_t r = 0; r < mr; ++r) {
@@ -265,9 +271,19 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const APack& ap
           else
             Bp = Bpk + (n0 - n_begin) * kc;
           const int64_t nr = std::min<int64_t>(NR, N - n0);
-          for (int64_t m0 = m_begin; m0 < m_end; m0 += MR)
-            gemm_micro<Arch, MR, T::NB>(kc, Apk + (m0 - m_begin) * kc, Bp, Cb + m0 * ldc + n0, ldc,
-                                        std::min<int64_t>(MR, M - m0), nr, first, last, alpha, b * M + m0, n0, ep);
+          for (int64_t m0 = m_begin; m0 < m_end; m0 += MR) {
+            const int64_t mr = std::min<int64_t>(MR, M - m0);
+            const float* Ap = Apk + (m0 - m_begin) * kc;
+            float* Cp = Cb + m0 * ldc + n0;
+            if (mr == 1)
+              gemm_micro<Arch, MR, T::NB, Ep, 1>(kc, Ap, Bp, Cp, ldc, mr, nr, first, last, alpha, b * M + m0, n0, ep);
+            else if (mr == 2)
+              gemm_micro<Arch, MR, T::NB, Ep, 2>(kc, Ap, Bp, Cp, ldc, mr, nr, first, last, alpha, b * M + m0, n0, ep);
+            else if (mr <= 4 && MR > 4)
+              gemm_micro<Arch, MR, T::NB, Ep, (MR > 4 ? 4 : MR)>(kc, Ap, Bp, Cp, ldc, mr, nr, first, last, alpha, b * M + m0, n0, ep);
+            else
+              gemm_micro<Arch, MR, T::NB>(kc, Ap, Bp, Cp, ldc, mr, nr, first, last, alpha, b * M + m0, n0, ep);
+          }
         }
       }
     }
@@ -384,13 +400,28 @@ void gemv_row(const GemmArgs& g, const Ep& ep, const ParFor& par, const ProA& pr
   });
 }
 
+// Batches that share B and whose A and C rows continue evenly from one batch to the next are one
+// GEMM of batch x M rows (a [S, 1, K] x [K, N] MatMul is an S x N product, not S matrix-vector
+// products that each stream all of B). Epilogue and prologue rows (b*M + m) are unchanged.
+inline GemmArgs fold_batch_into_rows(GemmArgs g) {
+  if (g.batch <= 1 || g.b_bs != 0 || g.c_bs == 0) return g;
+  const int64_t a_rs = g.M == 1 ? g.a_bs : g.a_rs, ldc = g.M == 1 ? g.c_bs : g.ldc;
+  if (g.a_bs != g.M * a_rs || g.c_bs != g.M * ldc) return g;
+  g.a_rs = a_rs, g.ldc = ldc;
+  g.M *= g.batch;
+  g.batch = 1, g.a_bs = 0, g.c_bs = 0;
+  return g;
+}
+
 }  // namespace detail
 
 template <class Arch, class Ep = IdentityEpilogue, class ParFor = SerialFor, class ProA = IdentityPrologue,
           class ProB = IdentityPrologue>
-void gemm(const GemmArgs& g, const Ep& ep = {}, const ParFor& par = {}, const ProA& pro_a = {},
+void gemm(const GemmArgs& g_in, const Ep& ep = {}, const ParFor& par = {}, const ProA& pro_a = {},
           const ProB& pro_b = {}) {
   using T = GemmTile<Arch>;
+  // B's prologue sees (b*K + k, n): only an identity one allows folding batches into rows.
+  const GemmArgs g = detail::is_identity_v<ProB> ? detail::fold_batch_into_rows(g_in) : g_in;
   if (g.M == 1 && g.N > 0 && (g.b_cs == 1 || g.b_rs == 1)) return detail::gemv_row<Arch>(g, ep, par, pro_a, pro_b);
   auto apack = [&](int64_t b, int64_t k0, int64_t kc, int64_t m0, int64_t mv, float* dst) {
     detail::pack_a_panel<T::MR>(g.A + b * g.a_bs, g.a_rs, g.a_cs, m0, mv, k0, kc, dst, pro_a, b * g.M);
@@ -403,9 +434,12 @@ void gemm(const GemmArgs& g, const Ep& ep = {}, const ParFor& par = {}, const Pr
 // As gemm() with B taken from a PackedB (g.B, b_rs, b_cs, b_bs ignored; pb.K() == g.K and
 // pb.N() == g.N required); the same B for every batch.
 template <class Arch, class Ep = IdentityEpilogue, class ParFor = SerialFor, class ProA = IdentityPrologue>
-void gemm_packed(const GemmArgs& g, const PackedB<Arch>& pb, const Ep& ep = {}, const ParFor& par = {},
+void gemm_packed(const GemmArgs& g_in, const PackedB<Arch>& pb, const Ep& ep = {}, const ParFor& par = {},
                  const ProA& pro_a = {}) {
   using T = GemmTile<Arch>;
+  GemmArgs g0 = g_in;
+  g0.b_bs = 0;  // one PackedB serves every batch
+  const GemmArgs g = detail::fold_batch_into_rows(g0);
   auto apack = [&](int64_t b, int64_t k0, int64_t kc, int64_t m0, int64_t mv, float* dst) {
     detail::pack_a_panel<T::MR>(g.A + b * g.a_bs, g.a_rs, g.a_cs, m0, mv, k0, kc, dst, pro_a, b * g.M);
   };

@@ -94,6 +94,52 @@ TEST_CASE("batched gemm matches batched MatMul, with and without a broadcast ope
   }
 }
 
+TEST_CASE("gemm_packed: panels of 1 to 7 valid rows (the small-row kernels) and batches folded into rows", "[microkernels][gemm]") {
+  // M = 1..4 run the 1-, 2- and 4-row kernels alone; 10 and 12 end with a 2- and a 4-row panel
+  // after a full one; K spans two K blocks, N a partial last panel.
+  const int64_t N = 45, K = 300;
+  Tensor B = random_tensor({K, N}, 31), bias = random_tensor({N}, 32);
+  mk::PackedB<Arch> pb;
+  pb.pack(K, N, B.data<float>(), N, 1);
+  for (int64_t M : {1, 2, 3, 4, 5, 7, 10, 12}) {
+    INFO("M=" << M);
+    Tensor A = random_tensor({M, K}, 33 + uint64_t(M));
+    Tensor want = reference({{"a", A}, {"b", B}, {"bias", bias}}, [&](nnfuse::GraphBuilder& gb, auto& in) {
+      return gb.op("Relu", {gb.op("Add", {gb.op("MatMul", {in[0], in[1]}), in[2]})});
+    });
+    auto got = run_serial_and_parallel(size_t(M * N), [&](float* C, auto par) {
+      auto g = mk::GemmArgs::matmul(M, N, K, A.data<float>(), false, nullptr, false, C);
+      mk::gemm_packed<Arch>(g, pb, ColBiasRelu{bias.data<float>()}, par);
+    });
+    require_close(got.data(), want);
+  }
+  // A [S, M, K] MatMul with the packed [K, N]: batches folded into S*M rows (one pass over B),
+  // and a batch stride with a gap between batches (not foldable); the epilogue's rows stay b*M + m.
+  for (auto [S, M, gap] : {std::tuple<int64_t, int64_t, int64_t>{6, 1, 0}, {4, 3, 0}, {3, 2, 5}}) {
+    INFO("S=" << S << " M=" << M << " gap=" << gap);
+    const int64_t a_bs = M * K + gap;
+    Tensor Ag = random_tensor({S * a_bs}, 40 + uint64_t(S));
+    Tensor A(DType::Float32, {S, M, K});
+    for (int64_t b = 0; b < S; ++b)
+      std::copy(Ag.data<float>() + b * a_bs, Ag.data<float>() + b * a_bs + M * K, A.data<float>() + b * M * K);
+    Tensor want = reference({{"a", A}, {"b", B}}, [&](nnfuse::GraphBuilder& gb, auto& in) { return gb.op("MatMul", {in[0], in[1]}); });
+    std::vector<std::atomic<int>> seen(size_t(S * M));
+    std::atomic<bool> bad_row{false};
+    auto got = run_serial_and_parallel(size_t(S * M * N), [&](float* C, auto par) {
+      auto g = mk::GemmArgs::matmul(M, N, K, Ag.data<float>(), false, nullptr, false, C);
+      g.batch = S, g.a_bs = a_bs, g.c_bs = M * N;
+      mk::gemm_packed<Arch>(g, pb, [&](auto v, int64_t r, int64_t c) {
+        if (r < 0 || r >= S * M) bad_row = true;
+        else if (c == 0) seen[size_t(r)].store(1);
+        return v;
+      }, par);
+    });
+    REQUIRE_FALSE(bad_row);
+    for (auto& x : seen) REQUIRE(x.load() == 1);
+    require_close(got.data(), want);
+  }
+}
+
 TEST_CASE("gemm applies prologues to A and B, and gemm_packed matches gemm", "[microkernels][gemm]") {
   const int64_t M = 31, N = 70, K = 600;  // K spans three K blocks
   Tensor A = random_tensor({M, K}, 21), B = random_tensor({K, N}, 22);
