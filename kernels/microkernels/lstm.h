@@ -3,15 +3,17 @@
 // peepholes, input_forget, sequence_lens, initial states; layout 0 or 1; forward, reverse or
 // bidirectional).
 //
-// Per direction and time step, one GEMM computes every gate of every batch row:
-//   gates[b, 0:4H) = [x_t(b) | h_{t-1}(b)] . [W | R]^T + (Wb + Rb)
-// against [W | R]^T packed once at load time (LstmWeights, K = I + H, N = 4H), with the bias as
-// the GEMM's epilogue; the gate nonlinearities and the state update follow as one vectorised pass
-// over [B, H]. Concatenating x_t and h_{t-1} makes one packed GEMM per step instead of two (the
-// input projection is not hoisted out of the time loop: for the batch-1 seq2seq models the GEMM
-// is a matrix-vector product bound by reading the weights, which a hoisted X.W^T would read once
-// more anyway). With sequence_lens, batch row b runs len[b] steps (reverse: from t = len[b]-1
-// down), its Y rows at t >= len[b] are zero and Y_h/Y_c hold its state after its last step.
+// Per direction, the input projection of a chunk of time steps is one GEMM over all their rows
+// (M = steps x batch, reading W once per chunk):
+//   P[(t, b), 0:4H) = x_t(b) . W^T + (Wb + Rb)
+// and each step is one GEMM against R only, with P's row added in its epilogue:
+//   gates[b, 0:4H) = h_{t-1}(b) . R^T + P[(t, b)]
+// followed by the gate nonlinearities and the state update as one vectorised pass over [B, H].
+// At batch 1 the per-step GEMM is a matrix-vector product bound by reading R (the GEMM's 1-row
+// kernel, gemm.h); concatenating [x_t | h] instead would stream W as well on every step, twice
+// the bytes and, past the last-level cache, far slower (seq2seq with H = 1024: 32 MB per step).
+// With sequence_lens, batch row b runs len[b] steps (reverse: from t = len[b]-1 down), its Y rows
+// at t >= len[b] are zero and Y_h/Y_c hold its state after its last step.
 #include <vector>
 
 #include "gemm.h"
@@ -19,21 +21,18 @@
 
 namespace nnfuse::mk {
 
-// [W | R]^T per direction, packed for gemm_packed.
+// W^T and R^T per direction, packed for gemm_packed.
 template <class Arch>
 struct LstmWeights {
-  std::vector<PackedB<Arch>> dirs;
+  std::vector<PackedB<Arch>> w, r;  // per direction: W^T (K = I, N = 4H) and R^T (K = H, N = 4H)
   // W [D, 4H, I], R [D, 4H, H], both row-major (as ONNX stores them).
   void pack(int64_t D, int64_t I, int64_t H, const float* W, const float* R) {
-    const int64_t K = I + H, N = 4 * H;
-    dirs = std::vector<PackedB<Arch>>(size_t(D));
-    std::vector<float> cat(size_t(N * K));
+    const int64_t N = 4 * H;
+    w = std::vector<PackedB<Arch>>(size_t(D));
+    r = std::vector<PackedB<Arch>>(size_t(D));
     for (int64_t d = 0; d < D; ++d) {
-      for (int64_t n = 0; n < N; ++n) {
-        std::copy(W + (d * N + n) * I, W + (d * N + n + 1) * I, cat.begin() + n * K);
-        std::copy(R + (d * N + n) * H, R + (d * N + n + 1) * H, cat.begin() + n * K + I);
-      }
-      dirs[size_t(d)].pack(K, N, cat.data(), 1, K);  // B(k, n) = cat[n*K + k]
+      w[size_t(d)].pack(I, N, W + d * N * I, 1, I);  // B(k, n) = W[n*I + k]
+      r[size_t(d)].pack(H, N, R + d * N * H, 1, H);
     }
   }
 };
@@ -60,7 +59,7 @@ template <class Arch, class ParFor = SerialFor>
 void lstm(const LstmArgs& a, const LstmWeights<Arch>& w, const ParFor& par = {}) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
-  const int64_t S = a.S, B = a.B, I = a.I, H = a.H, K = I + H, N = 4 * H;
+  const int64_t S = a.S, B = a.B, I = a.I, H = a.H, N = 4 * H;
   const int D = a.directions;
   // Offsets of x_t(b), Y(t, d, b) and state(d, b) in their layouts.
   auto x_at = [&](int64_t t, int64_t b) { return a.x + (a.layout == 0 ? (t * B + b) : (b * S + t)) * I; };
@@ -72,9 +71,13 @@ void lstm(const LstmArgs& a, const LstmWeights<Arch>& w, const ParFor& par = {})
   std::vector<int64_t> len(size_t(B), S);
   if (a.seq_lens)
     for (int64_t b = 0; b < B; ++b) len[size_t(b)] = std::max<int64_t>(0, std::min<int64_t>(S, a.seq_lens[b]));
-  std::vector<float> xh(static_cast<size_t>(B * K)), gates(static_cast<size_t>(B * N)), bias(static_cast<size_t>(N));
+  // Steps whose input projections are computed together: P stays within ~8 MiB.
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(S, (int64_t(8) << 20) / int64_t(sizeof(float)) / std::max<int64_t>(1, B * N)));
+  std::vector<float> xin(static_cast<size_t>(chunk * B * I)), proj(static_cast<size_t>(chunk * B * N));
+  std::vector<float> hin(static_cast<size_t>(B * H)), gates(static_cast<size_t>(B * N)), bias(static_cast<size_t>(N));
   std::vector<float> h(static_cast<size_t>(B * H)), c(static_cast<size_t>(B * H));
-  std::vector<int64_t> rows;  // batch rows active at this step
+  std::vector<int64_t> rows, prow_of(static_cast<size_t>(chunk * B));  // P row of (step - s0, b)
+  std::vector<const float*> prow(static_cast<size_t>(B));               // P row of each GEMM row this step
   for (int d = 0; d < D; ++d) {
     const bool rev = D == 2 ? d == 1 : a.reverse;
     for (int64_t n = 0; n < N; ++n) bias[size_t(n)] = a.bias ? a.bias[d * 2 * N + n] + a.bias[d * 2 * N + N + n] : 0.f;
@@ -89,69 +92,91 @@ void lstm(const LstmArgs& a, const LstmWeights<Arch>& w, const ParFor& par = {})
     const float* p_o = p_i ? p_i + H : nullptr;
     const float* p_f = p_i ? p_i + 2 * H : nullptr;
     const float* bp = bias.data();
-    // gates = ep([x|h] . [W|R]^T): the epilogue adds the bias along the 4H columns.
+    // P = ep(x . W^T): the epilogue adds the bias along the 4H columns.
     auto add_bias = [bp](auto v, int64_t, int64_t col) {
       using T = decltype(v);
       if constexpr (std::is_same_v<T, float>) return v + bp[col];
       else return v + T::load_unaligned(bp + col);
     };
-    for (int64_t s = 0; s < S; ++s) {
-      rows.clear();
-      for (int64_t b = 0; b < B; ++b)
-        if (s < len[size_t(b)]) rows.push_back(b);
-      if (rows.empty()) break;
-      const int64_t M = int64_t(rows.size());
-      for (int64_t r = 0; r < M; ++r) {
-        const int64_t b = rows[size_t(r)], t = rev ? len[size_t(b)] - 1 - s : s;
-        std::copy(x_at(t, b), x_at(t, b) + I, xh.begin() + r * K);
-        std::copy(h.begin() + b * H, h.begin() + (b + 1) * H, xh.begin() + r * K + I);
-      }
-      GemmArgs g = GemmArgs::matmul(M, N, K, xh.data(), false, nullptr, false, gates.data());
-      gemm_packed<Arch>(g, w.dirs[size_t(d)], add_bias, par);
-      for (int64_t r = 0; r < M; ++r) {
-        const int64_t b = rows[size_t(r)], t = rev ? len[size_t(b)] - 1 - s : s;
-        const float* gi = gates.data() + r * N;
-        const float *go = gi + H, *gf = gi + 2 * H, *gc = gi + 3 * H;
-        float* cs = c.data() + b * H;
-        float* hs = h.data() + b * H;
-        // One generic body for full vectors and the scalar tail.
-        auto step = [&](auto tag, int64_t j) {
-          using T = decltype(tag);
-          auto ld = [&](const float* p) -> T {
-            if constexpr (std::is_same_v<T, float>) return p[j];
-            else return T::load_unaligned(p + j);
-          };
-          auto clip = [&](T v) -> T {
-            if (a.clip > 0.f) {
-              if constexpr (std::is_same_v<T, float>) return std::max(-a.clip, std::min(a.clip, v));
-              else return xsimd::max(T(-a.clip), xsimd::min(T(a.clip), v));
+    // gates = ep(h . R^T): the epilogue adds the row's input projection.
+    const float* const* pr = prow.data();
+    auto add_proj = [pr](auto v, int64_t row, int64_t col) {
+      using T = decltype(v);
+      if constexpr (std::is_same_v<T, float>) return v + pr[row][col];
+      else return v + T::load_unaligned(pr[row] + col);
+    };
+    for (int64_t s0 = 0; s0 < S; s0 += chunk) {
+      const int64_t s1 = std::min(S, s0 + chunk);
+      int64_t np = 0;
+      for (int64_t s = s0; s < s1; ++s)
+        for (int64_t b = 0; b < B; ++b) {
+          if (s >= len[size_t(b)]) continue;
+          const int64_t t = rev ? len[size_t(b)] - 1 - s : s;
+          std::copy(x_at(t, b), x_at(t, b) + I, xin.begin() + np * I);
+          prow_of[size_t((s - s0) * B + b)] = np++;
+        }
+      if (np == 0) break;
+      GemmArgs gp = GemmArgs::matmul(np, N, I, xin.data(), false, nullptr, false, proj.data());
+      gemm_packed<Arch>(gp, w.w[size_t(d)], add_bias, par);
+      for (int64_t s = s0; s < s1; ++s) {
+        rows.clear();
+        for (int64_t b = 0; b < B; ++b)
+          if (s < len[size_t(b)]) rows.push_back(b);
+        const int64_t M = int64_t(rows.size());
+        if (M == 0) break;
+        const float* hp = h.data();  // all rows active: h is the GEMM's A as it is
+        if (M < B) {
+          for (int64_t r = 0; r < M; ++r) std::copy(h.begin() + rows[size_t(r)] * H, h.begin() + (rows[size_t(r)] + 1) * H, hin.begin() + r * H);
+          hp = hin.data();
+        }
+        for (int64_t r = 0; r < M; ++r) prow[size_t(r)] = proj.data() + prow_of[size_t((s - s0) * B + rows[size_t(r)])] * N;
+        GemmArgs g = GemmArgs::matmul(M, N, H, hp, false, nullptr, false, gates.data());
+        gemm_packed<Arch>(g, w.r[size_t(d)], add_proj, par);
+        for (int64_t r = 0; r < M; ++r) {
+          const int64_t b = rows[size_t(r)], t = rev ? len[size_t(b)] - 1 - s : s;
+          const float* gi = gates.data() + r * N;
+          const float *go = gi + H, *gf = gi + 2 * H, *gc = gi + 3 * H;
+          float* cs = c.data() + b * H;
+          float* hs = h.data() + b * H;
+          // One generic body for full vectors and the scalar tail.
+          auto step = [&](auto tag, int64_t j) {
+            using T = decltype(tag);
+            auto ld = [&](const float* p) -> T {
+              if constexpr (std::is_same_v<T, float>) return p[j];
+              else return T::load_unaligned(p + j);
+            };
+            auto clip = [&](T v) -> T {
+              if (a.clip > 0.f) {
+                if constexpr (std::is_same_v<T, float>) return std::max(-a.clip, std::min(a.clip, v));
+                else return xsimd::max(T(-a.clip), xsimd::min(T(a.clip), v));
+              }
+              return v;
+            };
+            const T cp = ld(cs);
+            T pi = ld(gi), pf = ld(gf), po = ld(go);
+            if (p_i) {
+              pi = pi + ld(p_i) * cp;
+              pf = pf + ld(p_f) * cp;
             }
-            return v;
+            const T it = vsigmoid(clip(pi));
+            const T ft = a.input_forget ? T(1.f) - it : vsigmoid(clip(pf));
+            const T ct = vtanh(clip(ld(gc)));
+            const T cn = ft * cp + it * ct;
+            if (p_o) po = po + ld(p_o) * cn;
+            const T hn = vsigmoid(clip(po)) * vtanh(cn);
+            if constexpr (std::is_same_v<T, float>) {
+              cs[j] = cn;
+              hs[j] = hn;
+            } else {
+              cn.store_unaligned(cs + j);
+              hn.store_unaligned(hs + j);
+            }
           };
-          const T cp = ld(cs);
-          T pi = ld(gi), pf = ld(gf), po = ld(go);
-          if (p_i) {
-            pi = pi + ld(p_i) * cp;
-            pf = pf + ld(p_f) * cp;
-          }
-          const T it = vsigmoid(clip(pi));
-          const T ft = a.input_forget ? T(1.f) - it : vsigmoid(clip(pf));
-          const T ct = vtanh(clip(ld(gc)));
-          const T cn = ft * cp + it * ct;
-          if (p_o) po = po + ld(p_o) * cn;
-          const T hn = vsigmoid(clip(po)) * vtanh(cn);
-          if constexpr (std::is_same_v<T, float>) {
-            cs[j] = cn;
-            hs[j] = hn;
-          } else {
-            cn.store_unaligned(cs + j);
-            hn.store_unaligned(hs + j);
-          }
-        };
-        int64_t j = 0;
-        for (; j + L <= H; j += L) step(V(0.f), j);
-        for (; j < H; ++j) step(0.f, j);
-        if (a.y) std::copy(hs, hs + H, y_at(t, d, b));
+          int64_t j = 0;
+          for (; j + L <= H; j += L) step(V(0.f), j);
+          for (; j < H; ++j) step(0.f, j);
+          if (a.y) std::copy(hs, hs + H, y_at(t, d, b));
+        }
       }
     }
     for (int64_t b = 0; b < B; ++b) {
