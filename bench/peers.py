@@ -21,6 +21,7 @@ Models: zoo names (exported by `nnfuse zoo export`) and the CNN-shaped framework
 test suite (tests/python/test_framework_exports.py, with their --shape bindings), e.g.
   python3 bench/peers.py --models resnet50,mobilenetv2,efficientnet_b0 --threads 1,2
   python3 bench/peers.py --models cnn-exports --threads 1,2
+  python3 bench/peers.py --models zoo-seq,seq-exports --threads 1,2
 Prints a Markdown table per thread count and the geometric means of nnfuse/ORT and nnfuse/OpenVINO.
 """
 import argparse
@@ -43,6 +44,10 @@ CNN_EXPORTS = ["pytorch_cnn_opset13", "tf2onnx_cnn_opset13", "paddle_cnn_opset13
                "pytorch_resnext_pad_opset13", "pytorch_fpn_upsample_opset13", "pytorch_unet_decoder_opset13",
                "pytorch_speech_frontend_opset17"]
 ZOO_CNNS = ["resnet50", "mobilenetv2", "efficientnet_b0"]
+# The transformer- and RNN-shaped exports of the test suite, and the zoo's transformers and LSTM (issue 22).
+SEQ_EXPORTS = ["pytorch_encoder_opset13", "pytorch_encoder_opset17", "pytorch_transformer_ln_opset17"]
+ZOO_SEQ = ["bert_base", "gpt2", "vit_b16", "lstm_seq2seq"]
+GROUPS = {"cnn-exports": CNN_EXPORTS, "zoo-cnns": ZOO_CNNS, "seq-exports": SEQ_EXPORTS, "zoo-seq": ZOO_SEQ}
 
 
 def child(engine, model, threads, runs, inputs, out_dir):
@@ -93,8 +98,8 @@ def prepare(name, cli, workdir):
     """Writes the model and its inputs; returns (model path, [NAME=FILE], --shape args)."""
     path = os.path.join(workdir, f"{name}.onnx")
     shapes = {}
-    if name in CNN_EXPORTS:
-        from test_framework_exports import CASE_BUILDERS
+    from test_framework_exports import CASE_BUILDERS
+    if name in CASE_BUILDERS:
         ec = CASE_BUILDERS[name]()
         onnx.save(ec.model, path)
         feeds, shapes = ec.feeds, ec.shapes
@@ -134,7 +139,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", default=DEFAULT_CLI)
     ap.add_argument("--models", default=",".join(ZOO_CNNS),
-                    help="comma-separated zoo names or framework exports; 'cnn-exports' = all CNN-shaped exports, 'zoo-cnns' = the zoo CNNs")
+                    help="comma-separated zoo names or framework exports; groups: 'cnn-exports', 'zoo-cnns' (issue 21), "
+                         "'seq-exports', 'zoo-seq' (transformers and LSTM, issue 22)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=10, help="timed runs per process and round")
     ap.add_argument("--rounds", type=int, default=3)
@@ -150,7 +156,7 @@ def main():
     os.makedirs(a.workdir, exist_ok=True)
     names = []
     for n in a.models.split(","):
-        names += CNN_EXPORTS if n == "cnn-exports" else ZOO_CNNS if n == "zoo-cnns" else [n]
+        names += GROUPS.get(n, [n])
     threads = [int(t) for t in a.threads.split(",")]
     rows = []
     for name in names:
