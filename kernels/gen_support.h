@@ -249,6 +249,11 @@ template <class V> inline V op_Or(const V& a, const V& b) { return sel(a != V(0.
 template <class V> inline V op_Xor(const V& a, const V& b) { return sel((a != V(0.f)) != (b != V(0.f)), V(1.f), V(0.f)); }
 template <class V> inline V op_Not(const V& a) { return sel(a != V(0.f), V(0.f), V(1.f)); }
 template <class V> inline V op_NotZero(const V& a) { return sel(a != V(0.f), V(1.f), V(0.f)); }  // Cast to bool
+// IsNaN / IsInf as 0/1 (generated code is built without -ffinite-math-only, so x != x holds for NaN).
+template <class V> inline V op_IsNaN(const V& a) { return sel(a != a, V(1.f), V(0.f)); }
+template <class V> inline V op_IsPosInf(const V& a) { return sel(a == V(std::numeric_limits<float>::infinity()), V(1.f), V(0.f)); }
+template <class V> inline V op_IsNegInf(const V& a) { return sel(a == V(-std::numeric_limits<float>::infinity()), V(1.f), V(0.f)); }
+template <class V> inline V op_IsInf(const V& a) { return sel(a == V(std::numeric_limits<float>::infinity()), V(1.f), op_IsNegInf(a)); }
 template <class V> inline V op_Trunc(const V& x) {  // Cast float -> integer (toward zero)
   if constexpr (!is_vec<V>) return std::trunc(x);
   else return xsimd::trunc(x);

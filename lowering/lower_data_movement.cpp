@@ -14,6 +14,9 @@ namespace {
 
 const std::set<std::string> kCompare = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
 const std::set<std::string> kLogic = {"And", "Or", "Xor", "Not"};
+// Float predicates (bool results as 0/1): the NaN guards of exported attention masks
+// (Where(IsNaN(softmax), 0, softmax) from the dynamo exporter) and inf checks.
+const std::set<std::string> kPredicate = {"IsNaN", "IsInf"};
 
 int64_t norm_axis(int64_t axis, size_t rank) { return axis < 0 ? axis + int64_t(rank) : axis; }
 
@@ -209,6 +212,9 @@ int cast_expr(ExprHost& h, const Node& n, const IndexMap& m) {
     if (to == DType::Float32) return x;
     return push_unary(to == DType::Bool ? "NotZero" : "Trunc", x);
   }
+  // To bool, from any integer: a nonzero integer never converts to 0.0f, so NotZero of the
+  // loaded float is exact (integer attention masks cast to bool).
+  if (to == DType::Bool) return push_unary("NotZero", arg(h, n, 0, m, true));
   // From an integer or bool: to float the conversion on load is the cast. Between integer
   // types only values exact in float pass (bools, 8/16-bit types, results of comparisons or of
   // float casts).
@@ -229,20 +235,19 @@ int cast_expr(ExprHost& h, const Node& n, const IndexMap& m) {
       default: return {0, 1.8e19};  // UInt64
     }
   };
-  bool widens = to == DType::Bool || (range(to).first <= range(from).first && range(to).second >= range(from).second);
+  bool widens = (range(to).first <= range(from).first && range(to).second >= range(from).second);
   if (!exact || !widens) h.no_lowering(n, std::string("integer cast ") + dtype_name(from) + " -> " + dtype_name(to));
-  int x = arg(h, n, 0, m, true);
-  return to == DType::Bool ? push_unary("NotZero", x) : x;
+  return arg(h, n, 0, m, true);
 }
 
 }  // namespace
 
 bool lowers_op(const std::string& op) {
   return op == "Gather" || op == "Slice" || op == "Concat" || op == "Tile" || op == "Where" || op == "Cast" || op == "Pad" ||
-         op == "Resize" || op == "Upsample" || kCompare.count(op) || kLogic.count(op);
+         op == "Resize" || op == "Upsample" || kCompare.count(op) || kLogic.count(op) || kPredicate.count(op);
 }
 
-bool elementwise_op(const std::string& op) { return op == "Where" || kCompare.count(op) || kLogic.count(op); }
+bool elementwise_op(const std::string& op) { return op == "Where" || kCompare.count(op) || kLogic.count(op) || kPredicate.count(op); }
 
 bool moves_data(const std::string& op) {
   static const std::set<std::string> ops = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Split",
@@ -252,8 +257,10 @@ bool moves_data(const std::string& op) {
 
 bool exact_in_float(const Graph& g, const Node& n) {
   if (!n.domain.empty()) return false;
-  if (kCompare.count(n.op_type) || kLogic.count(n.op_type)) return true;
-  return n.op_type == "Cast" && (g.type(n.inputs.at(0)).dtype == DType::Float32 || g.type(n.inputs.at(0)).dtype == DType::Bool);
+  if (kCompare.count(n.op_type) || kLogic.count(n.op_type) || kPredicate.count(n.op_type)) return true;
+  if (n.op_type != "Cast") return false;
+  const DType from = g.type(n.inputs.at(0)).dtype;
+  return from == DType::Float32 || from == DType::Bool || DType(n.attrs.get_int("to", 0)) == DType::Bool;
 }
 
 IndexStep concat_window(const Graph& g, const Node& n, size_t i) {
@@ -283,6 +290,18 @@ std::optional<int> lower_expr(ExprHost& h, const Node& n, const std::string& v, 
     if (h.graph().type(n.inputs.at(1)).dtype != DType::Float32) h.no_lowering(n, "non-float values");
     e.kind = Expr::Where;
     e.args = {arg(h, n, 0, m, true), arg(h, n, 1, m, false), arg(h, n, 2, m, false)};
+    return h.push(std::move(e));
+  }
+  if (kPredicate.count(op)) {
+    if (h.graph().type(n.inputs.at(0)).dtype != DType::Float32) h.no_lowering(n, "non-float input");
+    e.kind = Expr::Unary;
+    e.op = op;
+    if (op == "IsInf") {
+      const bool pos = n.attrs.get_int("detect_positive", 1) != 0, neg = n.attrs.get_int("detect_negative", 1) != 0;
+      if (!pos && !neg) h.no_lowering(n, "detect_positive = detect_negative = 0");
+      e.op = pos && neg ? "IsInf" : pos ? "IsPosInf" : "IsNegInf";
+    }
+    e.args = {arg(h, n, 0, m, false)};
     return h.push(std::move(e));
   }
   // Comparisons and logic: operands float holds exactly (wider integers could round).

@@ -213,6 +213,49 @@ def pytorch_encoder(opset: int) -> ExportCase:
     return ExportCase(f"pytorch_encoder_opset{opset}", m, feeds, {x: [2, 5, H], mask: [2, 5]})
 
 
+def pytorch_dynamo_attention(opset: int) -> ExportCase:
+    """torch.onnx.export(dynamo=True) of scaled_dot_product_attention with a boolean padding mask,
+    as the dynamo exporter decomposes it (opset 18): the scale split as Sqrt over q and k, the
+    mask made additive through Where(mask, 0, -inf), Softmax, and the NaN guard
+    Where(IsNaN(p), 0, p) that keeps a fully masked query row at zero instead of NaN; Gemm for
+    the 2-D Linear layers. Batch row 1 masks every key of its padded queries, so the guard acts."""
+    b = Builder(opset, seed=300 + opset)
+    S, H, NH = 6, 16, 2
+    D = H // NH
+    x, mask = "hidden_states", "attention_mask"
+    c = b.constant
+    flat = b.node("Reshape", [x, c(np.array([-1, H], dtype=np.int64))])
+
+    def heads(prefix):
+        w = b.weight(f"{prefix}.weight", [H, H])
+        y = b.node("Gemm", [flat, w, b.weight(f"{prefix}.bias", [H], 0.1)], transB=1)
+        r = b.node("Reshape", [y, c(np.array([2, S, NH, D], dtype=np.int64))])
+        return b.node("Transpose", [r], perm=[0, 2, 1, 3])
+
+    q, k, v = heads("q_proj"), heads("k_proj"), heads("v_proj")
+    sq = b.node("Sqrt", [c(np.array(1.0 / np.sqrt(D), dtype=np.float32))])
+    kt = b.node("Transpose", [k], perm=[0, 1, 3, 2])
+    scores = b.node("MatMul", [b.node("Mul", [q, sq]), b.node("Mul", [kt, sq])])
+    # Boolean key mask [B, 1, 1, S] from the int64 input; padded keys get -inf.
+    mb = b.node("Cast", [b.unsqueeze(b.unsqueeze(mask, [1]), [2])], to=onnx.TensorProto.BOOL)
+    madd = b.node("Where", [mb, c(np.array(0.0, dtype=np.float32)), c(np.array(-np.inf, dtype=np.float32))])
+    probs = b.node("Softmax", [b.node("Add", [scores, madd])], axis=-1)
+    guarded = b.node("Where", [b.node("IsNaN", [probs]), c(np.array(0.0, dtype=np.float32)), probs])
+    ctx = b.node("Transpose", [b.node("MatMul", [guarded, v])], perm=[0, 2, 1, 3])
+    ctx = b.node("Reshape", [ctx, c(np.array([-1, H], dtype=np.int64))])
+    out = b.node("Gemm", [ctx, b.weight("o_proj.weight", [H, H]), b.weight("o_proj.bias", [H], 0.1)], transB=1)
+    out = b.node("Add", [b.node("Reshape", [out, c(np.array([2, S, H], dtype=np.int64))]), x])
+    b.nodes[-1].output[0] = "attn_output"
+    m = b.model([helper.make_tensor_value_info(x, F32, [2, S, H]), helper.make_tensor_value_info(mask, I64, [2, S])],
+                [helper.make_tensor_value_info("attn_output", F32, [2, S, H])], "pytorch", "main_graph", ir_version=8)
+    rng = np.random.default_rng(5)
+    am = np.ones((2, S), dtype=np.int64)
+    am[1, :] = 0  # a sequence of padding only: every key masked, softmax rows NaN before the guard
+    am[0, 4:] = 0
+    feeds = {x: rng.standard_normal((2, S, H)).astype(np.float32), mask: am}
+    return ExportCase(f"pytorch_dynamo_attention_opset{opset}", m, feeds, {})
+
+
 # ---------------------------------------------------------------------------------------------
 # TensorFlow (tf2onnx)
 
@@ -531,6 +574,7 @@ CASE_BUILDERS = {
     "pytorch_encoder_opset11": lambda: pytorch_encoder(11),
     "pytorch_encoder_opset13": lambda: pytorch_encoder(13),
     "pytorch_encoder_opset17": lambda: pytorch_encoder(17),
+    "pytorch_dynamo_attention_opset18": lambda: pytorch_dynamo_attention(18),
     "tf2onnx_cnn_opset11": lambda: tf2onnx_cnn(11),
     "tf2onnx_cnn_opset13": lambda: tf2onnx_cnn(13),
     "paddle_cnn_opset11": lambda: paddle_cnn(11),
