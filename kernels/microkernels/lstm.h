@@ -76,8 +76,7 @@ void lstm(const LstmArgs& a, const LstmWeights<Arch>& w, const ParFor& par = {})
   std::vector<float> xin(static_cast<size_t>(chunk * B * I)), proj(static_cast<size_t>(chunk * B * N));
   std::vector<float> hin(static_cast<size_t>(B * H)), gates(static_cast<size_t>(B * N)), bias(static_cast<size_t>(N));
   std::vector<float> h(static_cast<size_t>(B * H)), c(static_cast<size_t>(B * H));
-  std::vector<int64_t> rows, prow_of(static_cast<size_t>(chunk * B));  // P row of (step - s0, b)
-  std::vector<const float*> prow(static_cast<size_t>(B));               // P row of each GEMM row this step
+  std::vector<int64_t> rows;  // batch rows active at this step
   for (int d = 0; d < D; ++d) {
     const bool rev = D == 2 ? d == 1 : a.reverse;
     for (int64_t n = 0; n < N; ++n) bias[size_t(n)] = a.bias ? a.bias[d * 2 * N + n] + a.bias[d * 2 * N + N + n] : 0.f;
@@ -98,12 +97,14 @@ void lstm(const LstmArgs& a, const LstmWeights<Arch>& w, const ParFor& par = {})
       if constexpr (std::is_same_v<T, float>) return v + bp[col];
       else return v + T::load_unaligned(bp + col);
     };
-    // gates = ep(h . R^T): the epilogue adds the row's input projection.
-    const float* const* pr = prow.data();
-    auto add_proj = [pr](auto v, int64_t row, int64_t col) {
+    // gates = ep(h . R^T): the epilogue adds the row's input projection. P holds a chunk's rows
+    // step by step, each step's active batch rows in ascending order, as `rows` lists them; so
+    // GEMM row r of a step reads P row (first row of the step) + r.
+    const float* pstep = nullptr;
+    auto add_proj = [&pstep, N](auto v, int64_t row, int64_t col) {
       using T = decltype(v);
-      if constexpr (std::is_same_v<T, float>) return v + pr[row][col];
-      else return v + T::load_unaligned(pr[row] + col);
+      if constexpr (std::is_same_v<T, float>) return v + pstep[row * N + col];
+      else return v + T::load_unaligned(pstep + row * N + col);
     };
     for (int64_t s0 = 0; s0 < S; s0 += chunk) {
       const int64_t s1 = std::min(S, s0 + chunk);
@@ -112,12 +113,12 @@ void lstm(const LstmArgs& a, const LstmWeights<Arch>& w, const ParFor& par = {})
         for (int64_t b = 0; b < B; ++b) {
           if (s >= len[size_t(b)]) continue;
           const int64_t t = rev ? len[size_t(b)] - 1 - s : s;
-          std::copy(x_at(t, b), x_at(t, b) + I, xin.begin() + np * I);
-          prow_of[size_t((s - s0) * B + b)] = np++;
+          std::copy(x_at(t, b), x_at(t, b) + I, xin.begin() + np++ * I);
         }
       if (np == 0) break;
       GemmArgs gp = GemmArgs::matmul(np, N, I, xin.data(), false, nullptr, false, proj.data());
       gemm_packed<Arch>(gp, w.w[size_t(d)], add_bias, par);
+      pstep = proj.data();
       for (int64_t s = s0; s < s1; ++s) {
         rows.clear();
         for (int64_t b = 0; b < B; ++b)
@@ -129,9 +130,9 @@ void lstm(const LstmArgs& a, const LstmWeights<Arch>& w, const ParFor& par = {})
           for (int64_t r = 0; r < M; ++r) std::copy(h.begin() + rows[size_t(r)] * H, h.begin() + (rows[size_t(r)] + 1) * H, hin.begin() + r * H);
           hp = hin.data();
         }
-        for (int64_t r = 0; r < M; ++r) prow[size_t(r)] = proj.data() + prow_of[size_t((s - s0) * B + rows[size_t(r)])] * N;
         GemmArgs g = GemmArgs::matmul(M, N, H, hp, false, nullptr, false, gates.data());
         gemm_packed<Arch>(g, w.r[size_t(d)], add_proj, par);
+        pstep += M * N;
         for (int64_t r = 0; r < M; ++r) {
           const int64_t b = rows[size_t(r)], t = rev ? len[size_t(b)] - 1 - s : s;
           const float* gi = gates.data() + r * N;
