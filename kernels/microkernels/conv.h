@@ -138,9 +138,9 @@ void conv2d_gemm(const Conv2dArgs& a, const Ep& ep = {}, const ParFor& par = {},
   using T = GemmTile<Arch>;
   const int64_t G = a.group, Kg = a.cout_per_group(), Cg = a.cin_per_group();
   const int64_t Kdim = Cg * a.KH * a.KW, Nsp = a.OH * a.OW;
-  auto apack = [&](int64_t b, int64_t k0, int64_t kc, int64_t m0, int64_t mv, float* dst) {
-    detail::pack_a_panel<T::MR>(a.w + (b % G) * Kg * Kdim, Kdim, 1, m0, mv, k0, kc, dst, IdentityPrologue{}, 0);
-  };
+  // Weights [G][Kg][Kdim]: batch b = n*G + g reads group g's; read in place (rows contiguous).
+  const IdentityPrologue no_pro;
+  detail::StridedASource<T::MR, IdentityPrologue> apack{a.w, Kdim, 1, Kg * Kdim, 0, no_pro, G};
   auto cptr = [&](int64_t b) { return a.y + (b / G) * a.y_sn + (b % G) * Kg * a.y_sc; };
   // GEMM rows are b*Kg + m = n*K + g*Kg + m: the output row of the contract.
   const bool pointwise = a.KH == 1 && a.KW == 1 && a.stride_h == 1 && a.stride_w == 1 && a.pad_top == 0 &&

@@ -156,26 +156,33 @@ inline void pack_b_panel(const float* B, int64_t b_rs, int64_t b_cs, int64_t k0,
 // B vector no longer hide the B stream (an 8-row kernel on one row spends 8x the FMAs, which on
 // a 1-FMA-per-cycle core caps a GEMV at 8 bytes of B per cycle). Each row's sum runs in the same
 // order in every variant, so the result of a row does not depend on which one computed it.
+//
+// A(r, k) is read at Ap[r * a_rs + k * a_ks]: a packed panel (a_rs = 1, a_ks = MR) or A in place
+// (a_rs = its row stride, a_ks = 1). Rows r >= mr read row mr - 1 again (in place there is no
+// zero padding to read), and their sums are never stored.
 template <class Arch, int MR, int NB, class Ep, int ROWS = MR>
-inline void gemm_micro(int64_t kc, const float* __restrict Ap, const float* __restrict Bp, float* C, int64_t ldc,
-                       int64_t mr, int64_t nr, bool first, bool last, float alpha, int64_t row0, int64_t col0,
-                       const Ep& ep) {
+inline void gemm_micro(int64_t kc, const float* Ap, int64_t a_rs, int64_t a_ks, const float* __restrict Bp, float* C,
+                       int64_t ldc, int64_t mr, int64_t nr, bool first, bool last, float alpha, int64_t row0,
+                       int64_t col0, const Ep& ep) {
   using V = vfloat<Arch>;
   constexpr int L = int(V::size);
   constexpr int NR = NB * L;
   static_assert(ROWS >= 1 && ROWS <= MR, "gemm_micro: 1 <= ROWS <= MR");
+  const float* arow[ROWS];
+#pragma GCC unroll 16
+  for (int r = 0; r < ROWS; ++r) arow[r] = Ap + std::min<int64_t>(r, mr - 1) * a_rs;
   V acc[MR][NB];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) acc[r][j] = V(0.f);
-  for (int64_t k = 0; k < kc; ++k) {
+  for (int64_t k = 0, ko = 0; k < kc; ++k, ko += a_ks) {
     V b[NB];
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) b[j] = V::load_aligned(Bp + k * NR + j * L);
 #pragma GCC unroll 16
     for (int r = 0; r < ROWS; ++r) {
-      V a(Ap[k * MR + r]);
+      V a(arow[r][ko]);
 #pragma GCC unroll 4
       for (int j = 0; j < NB; ++j) acc[r][j] = xsimd::fma(a, b[j], acc[r][j]);
     }
@@ -216,8 +223,28 @@ inline void gemm_micro(int64_t kc, const float* __restrict Ap, const float* __re
   }
 }
 
+// A of a strided GEMM (or a convolution's weights): packed per K block into MR-row panels, or,
+// when its rows are contiguous along k and no prologue applies, read in place by the
+// microkernel. In place saves the packing pass, which the driver would repeat for every column
+// tile of C (measured: M=128 K=N=768, A packed 8 times, a tenth of the GEMM's time).
+// Batch b reads A_(b % bmod) (a grouped convolution's batch n*G + g uses group g's weights).
+template <int MR, class Pro>
+struct StridedASource {
+  const float* A;
+  int64_t a_rs, a_cs, a_bs;
+  int64_t row_base;  // epilogue/prologue rows of batch b start at b * row_base
+  const Pro& pro;
+  int64_t bmod = INT64_MAX;
+  bool in_place() const { return is_identity_v<Pro> && a_cs == 1; }
+  const float* at(int64_t b, int64_t m, int64_t k) const { return A + (b % bmod) * a_bs + m * a_rs + k; }
+  int64_t row_stride() const { return a_rs; }
+  void pack(int64_t b, int64_t k0, int64_t kc, int64_t m0, int64_t mv, float* dst) const {
+    pack_a_panel<MR>(A + (b % bmod) * a_bs, a_rs, a_cs, m0, mv, k0, kc, dst, pro, b * row_base);
+  }
+};
+
 // The driver shared by GEMM and implicit-im2col convolution.
-//   apack(b, k0, kc, m0, mv, dst): packs an MR panel of A_b.
+//   asrc: a StridedASource (packs an MR panel of A_b, or hands out A_b in place).
 //   bsrc: either bsrc.pack(b, k0, kc, n0, nv, dst) (packs columns [n0, n0+nv) of B_b as
 //         consecutive NR panels of kc x NR floats each, see pack_b_panel), or, when
 //         Bsrc::prepacked, bsrc.panel(kb, panel) -> const float* (B packed ahead of time).
@@ -225,13 +252,14 @@ inline void gemm_micro(int64_t kc, const float* __restrict Ap, const float* __re
 // One parallel task per (batch, MC x NT tile of C), all of K inside the task: the task packs its
 // A block and B strip per K block into thread-local buffers that stay in L2 (packing everything
 // up front into shared buffers spilled them to L3 for large N and halved the speed).
-template <class Arch, class APack, class BSrc, class CPtr, class Ep, class ParFor>
-void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const APack& apack, const BSrc& bsrc,
+template <class Arch, class ASrc, class BSrc, class CPtr, class Ep, class ParFor>
+void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const ASrc& asrc, const BSrc& bsrc,
                  const CPtr& cptr, int64_t ldc, float alpha, const Ep& ep, const ParFor& par) {
   using T = GemmTile<Arch>;
   constexpr int MR = T::MR, NR = T::NR;
   constexpr bool b_prepacked = BSrc::prepacked;
   if (batch <= 0 || M <= 0 || N <= 0) return;
+  const bool a_in_place = asrc.in_place();
   const KBlocking<Arch> kb_(K);
   const int64_t kcmax = std::max<int64_t>(kb_.kc, 1);
   // Tiles: MC x NT, shrunk (to multiples of MR / NR) when the problem would give fewer than
@@ -251,7 +279,7 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const APack& ap
     }
   }
   par(batch * mtiles * ntiles, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
-    float* Apk = thread_scratch(ScratchSlot::GemmA, mc * kcmax);
+    float* Apk = a_in_place ? nullptr : thread_scratch(ScratchSlot::GemmA, mc * kcmax);
     float* Bpk = b_prepacked ? nullptr : thread_scratch(ScratchSlot::GemmB, nt_cols * kcmax);
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t b = t / (mtiles * ntiles), mt = (t / ntiles) % mtiles, nt = t % ntiles;
@@ -261,8 +289,10 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const APack& ap
       for (int64_t kb = 0; kb < kb_.nblocks; ++kb) {
         const int64_t k0 = kb_.begin(kb), kc = kb_.size(kb, K);
         const bool first = kb == 0, last = kb == kb_.nblocks - 1;
-        for (int64_t m0 = m_begin; m0 < m_end; m0 += MR)
-          apack(b, k0, kc, m0, std::min<int64_t>(MR, M - m0), Apk + (m0 - m_begin) * kc);
+        if (!a_in_place)
+          for (int64_t m0 = m_begin; m0 < m_end; m0 += MR)
+            asrc.pack(b, k0, kc, m0, std::min<int64_t>(MR, M - m0), Apk + (m0 - m_begin) * kc);
+        const int64_t a_rs = a_in_place ? asrc.row_stride() : 1, a_ks = a_in_place ? 1 : MR;
         if constexpr (!b_prepacked) bsrc.pack(b, k0, kc, n_begin, n_end - n_begin, Bpk);
         for (int64_t n0 = n_begin; n0 < n_end; n0 += NR) {
           const float* Bp;
@@ -273,16 +303,18 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const APack& ap
           const int64_t nr = std::min<int64_t>(NR, N - n0);
           for (int64_t m0 = m_begin; m0 < m_end; m0 += MR) {
             const int64_t mr = std::min<int64_t>(MR, M - m0);
-            const float* Ap = Apk + (m0 - m_begin) * kc;
+            const float* Ap = a_in_place ? asrc.at(b, m0, k0) : Apk + (m0 - m_begin) * kc;
             float* Cp = Cb + m0 * ldc + n0;
+            const int64_t row0 = b * M + m0;
             if (mr == 1)
-              gemm_micro<Arch, MR, T::NB, Ep, 1>(kc, Ap, Bp, Cp, ldc, mr, nr, first, last, alpha, b * M + m0, n0, ep);
+              gemm_micro<Arch, MR, T::NB, Ep, 1>(kc, Ap, a_rs, a_ks, Bp, Cp, ldc, mr, nr, first, last, alpha, row0, n0, ep);
             else if (mr == 2)
-              gemm_micro<Arch, MR, T::NB, Ep, 2>(kc, Ap, Bp, Cp, ldc, mr, nr, first, last, alpha, b * M + m0, n0, ep);
+              gemm_micro<Arch, MR, T::NB, Ep, 2>(kc, Ap, a_rs, a_ks, Bp, Cp, ldc, mr, nr, first, last, alpha, row0, n0, ep);
             else if (mr <= 4 && MR > 4)
-              gemm_micro<Arch, MR, T::NB, Ep, (MR > 4 ? 4 : MR)>(kc, Ap, Bp, Cp, ldc, mr, nr, first, last, alpha, b * M + m0, n0, ep);
+              gemm_micro<Arch, MR, T::NB, Ep, (MR > 4 ? 4 : MR)>(kc, Ap, a_rs, a_ks, Bp, Cp, ldc, mr, nr, first, last,
+                                                                 alpha, row0, n0, ep);
             else
-              gemm_micro<Arch, MR, T::NB>(kc, Ap, Bp, Cp, ldc, mr, nr, first, last, alpha, b * M + m0, n0, ep);
+              gemm_micro<Arch, MR, T::NB>(kc, Ap, a_rs, a_ks, Bp, Cp, ldc, mr, nr, first, last, alpha, row0, n0, ep);
           }
         }
       }
@@ -423,9 +455,7 @@ void gemm(const GemmArgs& g_in, const Ep& ep = {}, const ParFor& par = {}, const
   // B's prologue sees (b*K + k, n): only an identity one allows folding batches into rows.
   const GemmArgs g = detail::is_identity_v<ProB> ? detail::fold_batch_into_rows(g_in) : g_in;
   if (g.M == 1 && g.N > 0 && (g.b_cs == 1 || g.b_rs == 1)) return detail::gemv_row<Arch>(g, ep, par, pro_a, pro_b);
-  auto apack = [&](int64_t b, int64_t k0, int64_t kc, int64_t m0, int64_t mv, float* dst) {
-    detail::pack_a_panel<T::MR>(g.A + b * g.a_bs, g.a_rs, g.a_cs, m0, mv, k0, kc, dst, pro_a, b * g.M);
-  };
+  detail::StridedASource<T::MR, ProA> apack{g.A, g.a_rs, g.a_cs, g.a_bs, g.M, pro_a};
   detail::StridedBSource<Arch, ProB> bsrc{g.B, g.b_rs, g.b_cs, g.b_bs, g.K, pro_b};
   auto cptr = [&](int64_t b) { return g.C + b * g.c_bs; };
   detail::gemm_driver<Arch>(g.batch, g.M, g.N, g.K, apack, bsrc, cptr, g.ldc, g.alpha, ep, par);
@@ -440,9 +470,7 @@ void gemm_packed(const GemmArgs& g_in, const PackedB<Arch>& pb, const Ep& ep = {
   GemmArgs g0 = g_in;
   g0.b_bs = 0;  // one PackedB serves every batch
   const GemmArgs g = detail::fold_batch_into_rows(g0);
-  auto apack = [&](int64_t b, int64_t k0, int64_t kc, int64_t m0, int64_t mv, float* dst) {
-    detail::pack_a_panel<T::MR>(g.A + b * g.a_bs, g.a_rs, g.a_cs, m0, mv, k0, kc, dst, pro_a, b * g.M);
-  };
+  detail::StridedASource<T::MR, ProA> apack{g.A, g.a_rs, g.a_cs, g.a_bs, g.M, pro_a};
   auto cptr = [&](int64_t b) { return g.C + b * g.c_bs; };
   detail::gemm_driver<Arch>(g.batch, g.M, g.N, g.K, apack, pb, cptr, g.ldc, g.alpha, ep, par);
 }
