@@ -242,7 +242,8 @@ struct StageEmitter {
   std::string blocked_access(const Access& a, const char* fn, const std::string& b) {
     std::ostringstream o;
     const int64_t OW = st.driver[3];
-    o << fn << "<V, " << a.blane << ">(" << b << " + n_ * " << i64(a.bn) << " + cb_ * " << i64(a.bcb);
+    o << fn << "<V, " << a.blane << ">(" << b << (a.base ? " + " + i64(a.base) : std::string()) << " + n_ * " << i64(a.bn)
+      << " + cb_ * " << i64(a.bcb);
     if (a.bh == OW * a.bw) o << " + s_ * " << i64(a.bw);
     else o << " + oh_ * " << i64(a.bh) << " + ow_ * " << i64(a.bw);
     o << ", lane_, " << (a.masked ? std::string("nv_") : i64(st.layout_block));

@@ -87,7 +87,8 @@ struct Access {
   bool affine = false;
   int64_t base = 0, row_stride = 0, col_stride = 0;  // offset = base + r*row_stride + c*col_stride
   // In a blocked stage (Stage::layout_block = c > 0, driver [N, C, H, W] viewed as rows n*Cb + cb,
-  // cols (h*W + w)*c + lane): offset = n*bn + cb*bcb + h*bh + w*bw + lane*blane; `masked` when
+  // cols (h*W + w)*c + lane): offset = base + n*bn + cb*bcb + h*bh + w*bw + lane*blane (base: a
+  // window's start, e.g. a channel Split's first block); `masked` when
   // the buffer is plain and lanes past C must not be touched.
   bool blocked = false, masked = false;
   int64_t bn = 0, bcb = 0, bh = 0, bw = 0, blane = 0;

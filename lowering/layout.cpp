@@ -5,9 +5,10 @@
 //
 // Which stages can run blocked ("candidates"): Conv anchors with constant weights and group 1 or
 // depthwise (group == C == K), pooling anchors, and elementwise stages, all over a 4-D driver,
-// whose index maps are Select-only (broadcast / squeeze / transpose: a linear offset per driver
-// dim). Such a stage runs in the physical view rows = n*Cb + cb, cols = (h*W + w)*c + lane, so a
-// vector is c channels of one pixel and every access is n*bn + cb*bcb + h*bh + w*bw + lane*blane.
+// whose index maps are Select steps (broadcast / squeeze / transpose: a linear offset per driver
+// dim) and unit-stride windows (Split, Slice: a constant offset; on channels, block-aligned).
+// Such a stage runs in the physical view rows = n*Cb + cb, cols = (h*W + w)*c + lane, so a vector
+// is c channels of one pixel and every access is n*bn + cb*bcb + h*bh + w*bw + lane*blane.
 //
 // Which buffers are blocked: 4-D float activations written by one candidate stage with the
 // identity map and read only by candidate stages (as a conv/pool input, or through a map that
@@ -33,17 +34,35 @@ std::string layout_name(int block) { return block > 0 ? "NCHW" + std::to_string(
 
 namespace {
 
-// For a Select-only map: the domain dim read by each codomain dim (-1: constant 0).
-bool select_pick(const IndexMap& m, std::vector<int>& pick) {
+// For a map of Select steps and unit-stride Offset steps (a window: Split, Slice): the domain dim
+// read by each codomain dim (-1: constant) and the constant added to it (the window's start).
+bool select_pick(const IndexMap& m, std::vector<int>& pick, std::vector<int64_t>& off) {
   pick.resize(m.domain.size());
   std::iota(pick.begin(), pick.end(), 0);
+  off.assign(m.domain.size(), 0);
   for (auto& s : m.steps) {
+    if (s.kind == IndexStep::Offset) {
+      if (s.off.size() != pick.size() || (!s.stride.empty() && s.stride.size() != pick.size())) return false;
+      for (size_t k = 0; k < pick.size(); ++k) {
+        const int64_t stride = s.stride.empty() ? 1 : s.stride[k];  // empty: unit strides
+        if (pick[k] >= 0 && stride != 1) return false;
+        off[k] = off[k] * stride + s.off[k];
+      }
+      continue;
+    }
     if (s.kind != IndexStep::Select) return false;
     std::vector<int> np(s.to.size(), -1);
-    for (size_t k = 0; k < s.to.size(); ++k) np[k] = s.src[k] < 0 ? -1 : pick[size_t(s.src[k])];
+    std::vector<int64_t> no(s.to.size(), 0);
+    for (size_t k = 0; k < s.to.size(); ++k)
+      if (s.src[k] >= 0) np[k] = pick[size_t(s.src[k])], no[k] = off[size_t(s.src[k])];
     pick = std::move(np);
+    off = std::move(no);
   }
   return true;
+}
+bool select_pick(const IndexMap& m, std::vector<int>& pick) {
+  std::vector<int64_t> off;
+  return select_pick(m, pick, off);
 }
 
 struct LayoutPass {
@@ -90,13 +109,18 @@ struct LayoutPass {
   }
 
   // Can stage s read blocked buffer b through map m (channels must stay channels)?
+  // A window on channels (a channel Split) must start on a block boundary: it is then whole blocks
+  // of the buffer, read as they lie.
   bool blocked_load_ok(const Stage& st, const IndexMap& m, int b) const {
     std::vector<int> pick;
-    if (!select_pick(m, pick) || B(b).shape.size() != 4) return false;
+    std::vector<int64_t> off;
+    if (!select_pick(m, pick, off) || B(b).shape.size() != 4) return false;
     const Shape& S = B(b).shape;
     for (size_t k : {size_t(0), size_t(2), size_t(3)})
       if (S[k] > 1 && pick[k] == 1) return false;
-    return S[1] == 1 || pick[1] < 0 || (pick[1] == 1 && S[1] == st.driver[1]);
+    if (S[1] == 1) return true;
+    if (pick[1] < 0) return off[1] == 0;  // a constant channel index other than 0 is not a lane-0 read
+    return pick[1] == 1 && off[1] % c == 0 && off[1] + st.driver[1] <= S[1];
   }
 
   bool reader_accepts(int s, int b) const {
@@ -161,7 +185,8 @@ struct LayoutPass {
   // The access of map m (driver -> buffer b) in the blocked view.
   Access blocked_access(const Stage& st, const IndexMap& m, int b) {
     std::vector<int> pick;
-    select_pick(m, pick);
+    std::vector<int64_t> off;
+    select_pick(m, pick, off);
     const KBuffer& K = B(b);
     const Shape& S = K.shape;
     Access a;
@@ -170,8 +195,11 @@ struct LayoutPass {
     if (K.layout_block > 0) {
       const int64_t Cb = (S[1] + c - 1) / c;
       const int64_t strides[4] = {Cb * S[2] * S[3] * c, 0, S[3] * c, c};
-      for (size_t k : {size_t(0), size_t(2), size_t(3)})
+      for (size_t k : {size_t(0), size_t(2), size_t(3)}) {
         if (S[k] > 1 && pick[k] >= 0) coef[pick[k]] += strides[k];
+        a.base += off[k] * strides[k];
+      }
+      a.base += off[1] / c * S[2] * S[3] * c;  // a block-aligned channel window (blocked_load_ok)
       if (S[1] > 1 && pick[1] >= 0) a.bcb = S[2] * S[3] * c, a.blane = 1;
       if (S == st.driver && m.is_identity()) {
         // Physically the identity of the stage's view (the memory plan may share storage).
@@ -181,8 +209,10 @@ struct LayoutPass {
       }
     } else {
       std::vector<int64_t> strides = shape_strides(S);
-      for (size_t k = 0; k < S.size(); ++k)
+      for (size_t k = 0; k < S.size(); ++k) {
         if (S[k] > 1 && pick[k] >= 0) coef[pick[k]] += strides[k];
+        a.base += off[k] * strides[k];
+      }
       a.masked = coef[1] != 0;
       if (a.masked && K.kind != BufferKind::Weight) ++mod.reorder_stores;  // a layout change, not a bias
     }

@@ -160,3 +160,54 @@ TEST_CASE("layout: blocked kernels match the reference for odd channel counts", 
   std::error_code ec;
   fs::remove_all(cache, ec);
 }
+
+TEST_CASE("layout: a channel Split on a block boundary reads the blocked buffer in place", "[layout][codegen]") {
+  // Conv -> Split along channels -> Relu / Conv on each part (ResNet's merged sibling 1x1 convs;
+  // CSP/C2f blocks split a conv's output the same way). Split sizes {16, 24} start the second
+  // window on a block boundary for blocks 16, 8 and 4; {10, 30} does not for 16 and 8.
+  for (auto sizes : {std::vector<int64_t>{16, 24}, std::vector<int64_t>{10, 30}}) {
+    INFO("split " << sizes[0] << "," << sizes[1]);
+    GraphBuilder gb("split_blocked");
+    auto x = gb.input("x", DType::Float32, {1, 5, 9, 11});
+    auto c1 = gb.op("Conv", {x, gb.weight("w1", {40, 5, 3, 3}, 0.3f), gb.weight("b1", {40})},
+                    GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+    auto parts = gb.op_n("Split", {c1, gb.ints("sizes", sizes)}, 2, GraphBuilder::attrs({{"axis", A::i(1)}}));
+    auto r0 = gb.op("Relu", {parts[0]});
+    auto c2 = gb.op("Conv", {r0, gb.weight("w2", {7, sizes[0], 1, 1}, 0.3f)});
+    auto c3 = gb.op("Conv", {parts[1], gb.weight("w3", {6, sizes[1], 3, 3}, 0.3f)},
+                    GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+    gb.output(c2);
+    gb.output(c3);
+    Model m = gb.finish();
+    FusionPlan plan = host_plan(m.graph);
+    for (int block : {16, 8, 4}) {
+      INFO("block " << block);
+      KernelModule km = lower_with(m.graph, plan, block);
+      check_layout_invariants(km);
+      const bool aligned = sizes[0] % block == 0;
+      // The split conv's output stays blocked exactly when the second window is whole blocks.
+      int conv_out = -1;
+      for (auto& s : km.stages)
+        if (s.anchor_op == "Conv" && s.iparams.count("CO") && s.iparams.at("CO") == 40) conv_out = s.anchor_output;
+      REQUIRE(conv_out >= 0);
+      CHECK((km.buffers[size_t(conv_out)].layout_block > 0) == aligned);
+      // The consumers run blocked either way (reading a plain input when unaligned); the split
+      // conv only when its output is blocked (else it would gain nothing).
+      CHECK(count_convs(km, true) == (aligned ? 3 : 2));
+    }
+    TensorMap feeds = random_feeds(m.graph, 11);
+    TensorMap want = run_reference(m.graph, feeds);
+    fs::path cache = fs::temp_directory_path() / ("nnfuse_test_layout_split_" + std::to_string(::getpid()));
+    for (int block : {-1, 0}) {
+      CpuCompileOptions o;
+      o.target = "host";
+      o.cache_dir = cache.string();
+      o.threads = 2;
+      o.lower.layout_block = block;
+      auto cm = CpuModel::build(m.graph, &plan, o);
+      check_close(cm->run(feeds), want);
+    }
+    std::error_code ec;
+    fs::remove_all(cache, ec);
+  }
+}
