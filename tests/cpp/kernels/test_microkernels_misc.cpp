@@ -1,5 +1,7 @@
 // Pooling, reductions, Softmax/LogSoftmax, LayerNorm and elementwise math microkernels against
 // the reference interpreter (and the math functions against double-precision std:: functions).
+#include <limits>
+
 #include "test_microkernels_util.h"
 
 using namespace mktest;
@@ -277,6 +279,27 @@ TEST_CASE("vectorised exp/log/tanh/erf/sigmoid/gelu are within 1e-5 relative of 
     INFO(c.name);
     REQUIRE(c.worst < 1e-5);
   }
+}
+
+TEST_CASE("vexp and vsigmoid at the edges: NaN, infinities, overflow and underflow", "[microkernels][math]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  auto lane0 = [](V v) {
+    alignas(64) float o[V::size];
+    v.store_aligned(o);
+    return o[0];
+  };
+  CHECK(std::isnan(lane0(mk::vexp(V(nan)))));
+  CHECK(lane0(mk::vexp(V(inf))) == inf);
+  CHECK(lane0(mk::vexp(V(-inf))) == 0.f);
+  CHECK(lane0(mk::vexp(V(88.8f))) == inf);  // past FLT_MAX = e^88.72
+  CHECK(lane0(mk::vexp(V(88.7f))) == Approx(std::exp(88.7f)).epsilon(1e-6));
+  CHECK(lane0(mk::vexp(V(-87.f))) == Approx(std::exp(-87.f)).epsilon(1e-6));  // near FLT_MIN
+  CHECK(lane0(mk::vexp(V(-120.f))) == 0.f);
+  CHECK(lane0(mk::vexp(V(0.f))) == 1.f);
+  CHECK(std::isnan(lane0(mk::vsigmoid(V(nan)))));
+  CHECK(lane0(mk::vsigmoid(V(inf))) == 1.f);
+  CHECK(lane0(mk::vsigmoid(V(-inf))) == 0.f);
+  CHECK(lane0(mk::vsigmoid(V(-100.f))) == Approx(0.0).margin(1e-38));
 }
 
 TEST_CASE("unary_map applies a generic lambda to batches and the tail", "[microkernels][math]") {
