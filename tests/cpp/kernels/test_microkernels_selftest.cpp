@@ -350,6 +350,10 @@ void nchwc_cases(Checker& ck) {
               C{1, 240, 4, 5, 9, 3, 3, 1, 1, 1, false, true}, C{1, 1, 17, 1, 1, 3, 1, 1, 1, 1, false, false},
               C{1, 600, 2, 3, 3, 1, 1, 1, 0, 1, false, true}, C{1, 600, 5, 6, 20, 1, 1, 2, 0, 1, false, true},
               C{2, 130, 7, 7, 70, 3, 3, 1, 1, 1, false, true},
+              // Dense padded convs with enough work run on a zero-bordered copy of the input:
+              // dilation 2 with pad 2, stride 2 with a 5x5 kernel, a 1-pixel-wide map.
+              C{1, 32, 9, 8, 48, 3, 3, 1, 2, 2, false, true}, C{1, 40, 11, 9, 64, 5, 5, 2, 2, 1, false, true},
+              C{1, 64, 6, 1, 64, 3, 3, 1, 1, 1, false, true},
               // Depthwise rows with no full interior tile take the zero-padded row path (3x3 and
               // 5x5, stride 1): pads 0-2, KH != KW, batch 2, a row narrower than the kernel's span.
               C{1, 20, 14, 14, 20, 5, 5, 1, 2, 1, true, true}, C{2, 17, 6, 5, 17, 3, 3, 1, 0, 1, true, true},
