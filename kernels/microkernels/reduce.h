@@ -3,6 +3,7 @@
 // axis, and global pooling; contract in microkernels.h. Every output element's reduction runs in
 // one chunk in a fixed order, so results do not depend on the par-for.
 #include <cmath>
+#include <limits>
 
 #include "math.h"
 #include "pool.h"
@@ -176,16 +177,30 @@ void softmax(int64_t rows, int64_t len, const float* x, int64_t x_rs, float* y, 
       V s0(0.f), s1(0.f);
       int64_t c = 0;
       for (; c + 2 * L <= len; c += 2 * L) {
-        V e0 = xsimd::exp(pro(V::load_unaligned(xr + c), r, c) - mxv);
-        V e1 = xsimd::exp(pro(V::load_unaligned(xr + c + L), r, c + L) - mxv);
+        V e0 = vexp<Arch>(pro(V::load_unaligned(xr + c), r, c) - mxv);
+        V e1 = vexp<Arch>(pro(V::load_unaligned(xr + c + L), r, c + L) - mxv);
         if constexpr (!Log) e0.store_unaligned(yr + c), e1.store_unaligned(yr + c + L);
         s0 += e0, s1 += e1;
       }
       for (; c + L <= len; c += L) {
-        V e0 = xsimd::exp(pro(V::load_unaligned(xr + c), r, c) - mxv);
+        V e0 = vexp<Arch>(pro(V::load_unaligned(xr + c), r, c) - mxv);
         if constexpr (!Log) e0.store_unaligned(yr + c);
         s0 += e0;
       }
+      // The tail as one vector padded with -inf (exp gives 0 there) rather than len % L scalar
+      // exps (a 197-wide ViT row: 5 std::exp calls cost as much as its 12 vectors). A prologue
+      // may read per column, so with one the tail stays scalar.
+      if constexpr (detail::is_identity_v<Pro>)
+        if (c < len) {
+          const V e = vexp<Arch>(load_partial<Arch>(xr + c, len - c, -std::numeric_limits<float>::infinity()) - mxv);
+          if constexpr (!Log) {
+            alignas(64) float t[L];
+            e.store_aligned(t);
+            std::copy(t, t + (len - c), yr + c);
+          }
+          s0 += e;
+          c = len;
+        }
       float sum = xsimd::hadd(s0 + s1);
       for (; c < len; ++c) {
         float e = std::exp(pro(xr[c], r, c) - mx);
