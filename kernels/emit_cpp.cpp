@@ -221,8 +221,57 @@ struct StageEmitter {
         o << "    " << blocked_access(s.access, "nnfuse::mk::nchwc_store", buf(s.buffer)) << ", e" << s.expr << ");\n";
         continue;
       }
-      o << "    nf::st<V>(" << buf(s.buffer) << " + " << offset_expr(s.map, s.access, 1000 + int(i)) << ", e" << s.expr << ");\n";
+      auto sp = split_stores.find(int(i));
+      const std::string off = sp != split_stores.end() ? sp->second : offset_expr(s.map, s.access, 1000 + int(i));
+      o << "    nf::st<V>(" << buf(s.buffer) << " + " << off << ", e" << s.expr << ");\n";
     }
+  }
+
+  // Stores through separable maps in an anchor epilogue: the offset of (r, c) is the map's offset
+  // at (r, 0) plus c.
+  std::map<int, std::string> split_stores;
+
+  // An anchor epilogue is called per vector of one row (r, c .. c + L - 1). Loads and stores whose
+  // maps are not affine in (r, c) but separable, with a unit (or, for loads, zero) column stride,
+  // then cost one offset computation per vector: the map at (r, 0), plus c. Without this every
+  // lane ran the whole map (divisions and all) as a scalar: attention's probs x V MatMul, whose
+  // epilogue stores [heads, seq, d] as [seq, heads * d], ran at a third of its GEMM's speed.
+  // Returns whether the epilogue can then run on vectors.
+  bool plan_anchor_row_split() {
+    auto unit_cols = [&](const IndexMap& map, bool load, int64_t& stride) {
+      ColumnSplit cs = split_columns(map, st.width, [&](int b) { return constant_index(b); });
+      stride = cs.col_stride;
+      if (cs.separable && !cs.col_dynamic && cs.col_affine && (cs.col_stride == 1 || (load && cs.col_stride == 0))) return true;
+      for (int64_t s : {int64_t(1), int64_t(0)}) {
+        if (s == 0 && !load) break;
+        if (columns_affine(map, st.width, s)) return stride = s, true;
+      }
+      return false;
+    };
+    // Decide first, emit after: off_fn writes the offset function into the source.
+    std::vector<std::pair<int, int64_t>> loads;
+    std::vector<int> stores;
+    for (size_t i = 0; i < st.exprs.size(); ++i) {
+      const Expr& e = st.exprs[i];
+      if (e.kind != Expr::Load || (e.access.affine && (e.access.col_stride == 0 || e.access.col_stride == 1))) continue;
+      int64_t stride = 0;
+      if (m.buffers[size_t(e.buffer)].dtype != DType::Float32 || !unit_cols(e.map, true, stride)) return false;
+      loads.push_back({int(i), stride});
+    }
+    for (size_t i = 0; i < st.stores.size(); ++i) {
+      const Store& s = st.stores[i];
+      if (int(i) == st.primary_store || (s.access.affine && s.access.col_stride == 1)) continue;
+      int64_t stride = 0;
+      if (!unit_cols(s.map, false, stride)) return false;
+      stores.push_back(int(i));
+    }
+    for (auto [i, stride] : loads) {
+      const Expr& e = st.exprs[size_t(i)];
+      split_loads[i] = "nf::ld<V, " + std::to_string(stride) + ">(" + buf(e.buffer) + " + " + off_fn(e.map, i) + "(ctx, B, r, 0)" +
+                       (stride ? " + c" : "") + ")";
+    }
+    for (int i : stores) split_stores[i] = off_fn(st.stores[size_t(i)].map, 1000 + i) + "(ctx, B, r, 0) + c";
+    return true;
   }
 
   // Blocked view (Stage::layout_block, lowering/layout.cpp): row r = n*Cb + cb, col c = pixel*BLK +
@@ -376,6 +425,7 @@ struct StageEmitter {
   std::string anchor() {
     body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
     declare_buffers();
+    const bool vec = st.vectorizable || (st.layout_block <= 0 && plan_anchor_row_split());
     body << "  nf::Par par{ctx};\n  (void)par;\n";
     body << "  auto body = [&](auto v, int64_t r, int64_t c) {\n    using V = decltype(v);\n    (void)r; (void)c;\n";
     blocked_prelude(body);
@@ -384,7 +434,7 @@ struct StageEmitter {
     if (st.primary_store >= 0) body << "    return e" << st.stores[size_t(st.primary_store)].expr << ";\n";
     else body << "    return v;\n";
     body << "  };\n";
-    if (st.vectorizable) body << "  const auto& ep = body;\n";
+    if (vec) body << "  const auto& ep = body;\n";
     else body << "  nf::LaneSplit<decltype(body)> ep{body};\n";
     std::string y = buf(st.anchor_output);
     auto in = [&](size_t k) { return buf(st.anchor_inputs.at(k)); };

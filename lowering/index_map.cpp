@@ -211,6 +211,28 @@ Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
   return a;
 }
 
+bool columns_affine(const IndexMap& m, int64_t width, int64_t col_stride) {
+  const Shape& d = m.domain;
+  const int64_t numel = shape_numel(d);
+  if (width <= 0 || numel % width != 0 || numel > (int64_t(1) << 22)) return false;
+  for (auto& s : m.steps)
+    if (s.kind == IndexStep::Gather) return false;
+  std::vector<int64_t> idx(d.size(), 0);
+  auto off_at = [&](int64_t e) {
+    for (size_t k = d.size(); k-- > 0;) {
+      idx[k] = e % d[k];
+      e /= d[k];
+    }
+    return m.offset(idx);
+  };
+  for (int64_t r = 0; r < numel / width; ++r) {
+    const int64_t o0 = off_at(r * width);
+    for (int64_t c = 1; c < width; ++c)
+      if (off_at(r * width + c) != o0 + c * col_stride) return false;
+  }
+  return true;
+}
+
 ColumnSplit split_columns(const IndexMap& m, int64_t width, const std::function<const Tensor*(int)>& constant_index) {
   ColumnSplit cs;
   const Shape& d = m.domain;

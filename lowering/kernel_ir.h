@@ -241,5 +241,10 @@ struct ColumnSplit {
 // Gather table with an index out of range makes the column part dynamic (the run-time check
 // reports it).
 ColumnSplit split_columns(const IndexMap& m, int64_t width, const std::function<const Tensor*(int)>& constant_index);
+// Whether offset(r, c) == offset(r, 0) + c * col_stride for every row r and column c < width of
+// the map's domain viewed as rows x width (maps without Gather; checked exhaustively on index
+// spaces up to 2^22 elements). Catches what split_columns's dependency analysis cannot: a
+// Reshape merging a row dim with the column dim ([seq, heads, d] -> [seq, heads * d]).
+bool columns_affine(const IndexMap& m, int64_t width, int64_t col_stride);
 
 }  // namespace nnfuse

@@ -263,3 +263,18 @@ TEST_CASE("codegen: Pad and Resize rows split from columns, odd widths, no per-e
     CHECK_THAT(code, !Catch::Contains("wrap_index"));  // constant tables checked when emitted
   }
 }
+
+// columns_affine (emit_cpp.cpp's anchor epilogues): offset(r, c) == offset(r, 0) + c * stride,
+// checked on the map itself, where split_columns's dependency analysis is too coarse.
+TEST_CASE("columns_affine: a head transpose merged into the hidden dim keeps unit columns", "[lowering]") {
+  // [1, heads 3, seq 5, d 4] -> transpose (0, 2, 1, 3) -> reshape [1, 5, 12]: attention's
+  // probs x V output stored as [seq, heads * d].
+  IndexMap m;
+  m.domain = {1, 3, 5, 4};
+  m.steps = {select_step({1, 3, 5, 4}, {1, 5, 3, 4}, {0, 2, 1, 3}), reshape_step({1, 5, 3, 4}, {1, 5, 12})};
+  CHECK_FALSE(split_columns(m, 4, [](int) -> const Tensor* { return nullptr; }).separable);
+  CHECK(columns_affine(m, 4, 1));   // a row (one head, one position) is 4 consecutive floats
+  CHECK_FALSE(columns_affine(m, 4, 0));
+  CHECK_FALSE(columns_affine(m, 20, 1));  // a row of 20 spans positions: stride 12 between them
+  CHECK_FALSE(columns_affine(m, 3, 1));   // a row of 3 runs from one position into the next
+}
