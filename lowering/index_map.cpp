@@ -159,6 +159,21 @@ bool chain(const std::vector<int64_t>& coef, const Shape& dims, size_t lo, size_
 
 }  // namespace
 
+namespace {
+// The map's offset at the row-major linear position e of its domain.
+struct LinearOffset {
+  const IndexMap& m;
+  std::vector<int64_t> idx = std::vector<int64_t>(m.domain.size(), 0);
+  int64_t operator()(int64_t e) {
+    for (size_t k = m.domain.size(); k-- > 0;) {
+      idx[k] = e % m.domain[k];
+      e /= m.domain[k];
+    }
+    return m.offset(idx);
+  }
+};
+}  // namespace
+
 Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
   Access a;
   const Shape& d = m.domain;
@@ -190,14 +205,7 @@ Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
   }
   // Reshape steps (or a width that splits a dim): check exhaustively on small index spaces.
   if (numel > (int64_t(1) << 22)) return a;
-  std::vector<int64_t> idx(d.size(), 0);
-  auto off_at = [&](int64_t e) {
-    for (size_t k = d.size(); k-- > 0;) {
-      idx[k] = e % d[k];
-      e /= d[k];
-    }
-    return m.offset(idx);
-  };
+  LinearOffset off_at{m};
   int64_t o00 = off_at(0);
   int64_t rs = rows > 1 ? off_at(width) - o00 : 0;
   int64_t cs = width > 1 ? off_at(1) - o00 : 0;
@@ -217,14 +225,7 @@ bool columns_affine(const IndexMap& m, int64_t width, int64_t col_stride) {
   if (width <= 0 || numel % width != 0 || numel > (int64_t(1) << 22)) return false;
   for (auto& s : m.steps)
     if (s.kind == IndexStep::Gather) return false;
-  std::vector<int64_t> idx(d.size(), 0);
-  auto off_at = [&](int64_t e) {
-    for (size_t k = d.size(); k-- > 0;) {
-      idx[k] = e % d[k];
-      e /= d[k];
-    }
-    return m.offset(idx);
-  };
+  LinearOffset off_at{m};
   for (int64_t r = 0; r < numel / width; ++r) {
     const int64_t o0 = off_at(r * width);
     for (int64_t c = 1; c < width; ++c)
