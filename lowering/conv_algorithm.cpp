@@ -8,8 +8,10 @@
 // call, and a map that is not a multiple of the tile computes the padding tiles too. Measured on
 // the ResNet-50 and YOLOv8n layer shapes (bench/kernels_bench.cpp, bench/RESULTS.md): F(4x4) is
 // 2-4.5x faster than direct from 20 tiles per call (20x20 maps and up), F(2x2) wins below that
-// (14x14: 1.95x vs 1.84x; 10x10: 1.55x vs 1.36x; 7x7: 1.49x where F(4x4)'s 4 tiles lose to
-// direct). Winograd's scratch (the transformed input and products) is kept within a bound so
+// (14x14: 1.95x vs 1.84x; 10x10: 1.55x vs 1.36x) down to 20 tiles of 2x2. On 7x7 maps (16 such
+// tiles) direct wins since a padded direct conv runs on a zero-bordered copy of its input
+// (Xeon: F(2x2) 0.92x, F(4x4) 0.66x of direct; it was F(2x2) 1.49x on Zen 4 before the copy,
+// when most of those pixels took the bounds-checked tile). Winograd's scratch (the transformed input and products) is kept within a bound so
 // that a large image falls back to the direct kernel.
 #include <cstdlib>
 
@@ -20,7 +22,7 @@ namespace nnfuse {
 
 namespace {
 
-constexpr int64_t kMinF4Tiles = 20, kMinF2Tiles = 8;
+constexpr int64_t kMinF4Tiles = 20, kMinF2Tiles = 20;
 constexpr int64_t kMaxWinogradScratchBytes = int64_t(64) << 20;
 
 int64_t ip(const Stage& st, const char* k) {

@@ -26,8 +26,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // x [2,5,13,11] -> conv3x3 p1 (20) -> Relu -> conv3x3 p1 (20) + residual -> Relu -> conv3x3 s2 (9)
-// and, on a [1,16,7,7] second input, a conv3x3 p1 (16) whose 4 tiles the cost model leaves direct,
-// then a 1x1 conv (direct).
+// and, on a [1,16,10,10] second input, a conv3x3 p1 (16) whose 9 tiles of 4x4 the cost model
+// does not give F(4x4) but whose 25 tiles of 2x2 take F(2x2), then a 1x1 conv (direct).
 Model residual_model() {
   GraphBuilder gb("winograd_residual");
   auto x = gb.input("x", DType::Float32, {2, 5, 13, 11});
@@ -37,9 +37,9 @@ Model residual_model() {
   auto r2 = gb.op("Relu", {gb.op("Add", {c2, r1})});
   auto c3 = gb.op("Conv", {r2, gb.weight("w3", {9, 20, 3, 3}, 0.2f)}, GraphBuilder::attrs({{"strides", A::is({2, 2})}}));
   gb.output(c3);
-  auto s = gb.input("s", DType::Float32, {1, 16, 7, 7});
+  auto s = gb.input("s", DType::Float32, {1, 16, 10, 10});
   auto c4 = gb.op("Conv", {s, gb.weight("w4", {16, 16, 3, 3}, 0.2f)}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
-  auto r4 = gb.op("Relu", {c4});  // a 1x1 conv after it keeps the 7x7 map blocked
+  auto r4 = gb.op("Relu", {c4});  // a 1x1 conv after it keeps the 10x10 map blocked
   gb.output(gb.op("Conv", {r4, gb.weight("w5", {6, 16, 1, 1}, 0.2f)}));
   return gb.finish();
 }
@@ -61,8 +61,8 @@ TEST_CASE("conv algorithm: cost model, forced modes and the generated code match
   TensorMap feeds = random_feeds(m.graph, 11);
   TensorMap want = run_reference(m.graph, feeds);
   fs::path cache = fs::temp_directory_path() / ("nnfuse_test_convalgo_" + std::to_string(::getpid()));
-  // auto: the two 3x3 stride-1 convs over 2 x 4 x 3 = 24 tiles of 4x4 take F(4x4); the 7x7 map
-  // (4 such tiles, which do not pay for streaming 4x larger weights) takes F(2x2) over its 16
+  // auto: the two 3x3 stride-1 convs over 2 x 4 x 3 = 24 tiles of 4x4 take F(4x4); the 10x10 map
+  // (9 such tiles, which do not pay for streaming 4x larger weights) takes F(2x2) over its 25
   // tiles of 2x2; the strided and the 1x1 conv cannot.
   for (auto [mode, wino, wino2, direct] : {std::tuple{"auto", 2, 1, 2}, std::tuple{"direct", 0, 0, 5}, std::tuple{"winograd", 3, 0, 2},
                                            std::tuple{"winograd2", 0, 3, 2}}) {
