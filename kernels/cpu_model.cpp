@@ -12,6 +12,7 @@
 #include "graph/error.h"
 #include "graph/onnx_io.h"
 #include "graph/op_registry.h"
+#include "kernels/conv_probe.h"
 #include "kernels/cross_run.h"
 #include "kernels/emit_cpp.h"
 
@@ -78,6 +79,17 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
   m->mod_ = lower_module(g, m->plan_, lo);
   double lower_ms = ms_since(t0);
   int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  // Convolution algorithms by timing them here (kernels/conv_probe.h), unless the choice is forced
+  // or the caller wants the deterministic cost model (--no-profile); cross targets cannot run here.
+  nlohmann::json conv_probe_info;
+  if (o.measure && lo.conv_algorithm == "auto" && !is_cross_target(o.target)) {
+    ToolchainOptions to;
+    to.target = o.target;
+    to.cache_dir = o.cache_dir;
+    to.jobs = jobs;
+    ConvProbeResult pr = choose_conv_algorithms_by_measurement(m->mod_, to);
+    if (pr.layers > 0) conv_probe_info = {{"layers", pr.layers}, {"measured", pr.measured}, {"ms", pr.ms}};
+  }
   int units = o.max_units > 0 ? o.max_units : std::max(1, 2 * jobs);
   auto t1 = std::chrono::steady_clock::now();
   std::vector<SourceUnit> src = emit_cpp(m->mod_, units);
@@ -89,6 +101,7 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
     m->code_hash_ = content_hash(all);
   }
   m->build_info_ = {{"lower_ms", lower_ms}, {"emit_ms", emit_ms}, {"units", src.size()}};
+  if (!conv_probe_info.is_null()) m->build_info_["conv_timing"] = conv_probe_info;
   if (is_cross_target(o.target)) {
     // The runtime cannot load code for this CPU: a standalone program (kernels/cross_run.h),
     // run under an emulator here and deployable as it is.
@@ -505,6 +518,15 @@ void CpuModel::save(const std::string& dir) const {
   plan["units"] = units_;
   plan["layout_block"] = mod_.layout_block;
   plan["conv_algorithm"] = mod_.conv_algorithm;
+  // Measured choices (kernels/conv_probe.h) differ from what the mode alone gives: load() applies
+  // them again so that it regenerates the same code.
+  if (!mod_.conv_timings.empty()) {
+    nlohmann::json chosen = nlohmann::json::object();
+    for (auto& st : mod_.stages)
+      if (mod_.conv_timings.contains("b" + std::to_string(st.block)) && st.iparams.count("ALGO")) chosen[st.name] = st.iparams.at("ALGO");
+    plan["conv_algorithm_measured"] = chosen;
+    plan["conv_timings"] = mod_.conv_timings;
+  }
   plan["kernels_checksum"] = so_path_.empty() ? "" : file_checksum((fs::path(dir) / "kernels.so").string());
   if (cross_) {
     plan["kind"] = "standalone";
@@ -586,6 +608,12 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   // Artifacts written before the algorithm choice existed ran every conv directly.
   lo.conv_algorithm = plan.value("conv_algorithm", std::string("direct"));
   m->mod_ = lower_module(g, fp, lo);
+  if (auto it = plan.find("conv_algorithm_measured"); it != plan.end() && it->is_object()) {
+    for (auto& st : m->mod_.stages)
+      if (auto c = it->find(st.name); c != it->end() && c->is_number_integer() && !conv_algorithm_candidates(st).empty())
+        st.iparams["ALGO"] = c->get<int64_t>();
+    m->mod_.conv_timings = plan.value("conv_timings", nlohmann::json::object());
+  }
   m->source_model_ = source_model;
   m->source_model_size_ = source_size;
   m->source_model_mtime_ = source_mtime;

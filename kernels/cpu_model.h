@@ -26,6 +26,9 @@ struct CpuCompileOptions {
   int jobs = 0;             // parallel compiler processes
   int max_units = 0;        // translation units (0: 2 per job, at least 1)
   LowerOptions lower;
+  // Time the convolution algorithms of each layer with a choice on this machine and keep the
+  // fastest (kernels/conv_probe.h); false: the lowering's cost model alone (deterministic).
+  bool measure = true;
   std::function<void(size_t done, size_t total)> progress;  // compile progress (see ToolchainOptions)
 };
 

@@ -51,6 +51,18 @@ int64_t cost_model_choice(const Stage& st) {
 
 }  // namespace
 
+std::vector<int64_t> conv_algorithm_candidates(const Stage& st) {
+  if (!winograd_applicable(st)) return {};
+  std::vector<int64_t> c = {kConvDirect};
+  if (scratch_fits(st, 4)) c.push_back(kConvWinogradF4x4);
+  if (scratch_fits(st, 2)) c.push_back(kConvWinogradF2x2);
+  return c.size() > 1 ? c : std::vector<int64_t>{};
+}
+
+std::string conv_algorithm_name(int64_t algo) {
+  return algo == kConvWinogradF4x4 ? "winograd_f4x4_3x3" : algo == kConvWinogradF2x2 ? "winograd_f2x2_3x3" : "direct_nchwc";
+}
+
 std::string conv_algorithm_name(const Stage& st) {
   if (st.kind != StageKind::Anchor || st.anchor_op != "Conv") return "";
   if (ip(st, "ALGO") == kConvWinogradF4x4) return "winograd_f4x4_3x3";
@@ -89,6 +101,7 @@ nlohmann::json conv_algorithm_summary(const KernelModule& mod) {
   }
   j["counts"] = counts;
   j["blocks"] = blocks;
+  if (!mod.conv_timings.empty()) j["measured"] = mod.conv_timings;
   return j;
 }
 

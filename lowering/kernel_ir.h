@@ -169,6 +169,9 @@ struct KernelModule {
   int layout_block = 0;            // the block size layouts were chosen with (0: NCHW forced)
   int reorder_stores = 0;          // layout changes folded into stage loads/stores
   std::string conv_algorithm = "auto";  // the mode conv algorithms were chosen with
+  // Per fused block ("b12"), when the choice was measured (kernels/conv_probe.h): microseconds
+  // per algorithm on this machine and where they came from ("measured" or "cache").
+  nlohmann::json conv_timings = nlohmann::json::object();
   int buffer_id(const std::string& value) const;  // -1 if none
   nlohmann::json summary() const;
 };
@@ -211,6 +214,10 @@ void choose_conv_algorithms(KernelModule& mod, const std::string& mode);
 // "direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3", "depthwise_nchwc", "im2col_gemm",
 // "depthwise"; "" for a stage that is not a Conv anchor.
 std::string conv_algorithm_name(const Stage& st);
+std::string conv_algorithm_name(int64_t algo);  // of kConvDirect / kConvWinograd*
+// The algorithms a stage can run (kConvDirect first, then the Winograd variants whose scratch
+// stays bounded); empty when it has no choice. What a measurement picks from.
+std::vector<int64_t> conv_algorithm_candidates(const Stage& st);
 // The report's "conv_algorithms" object: the mode, counts per algorithm and each block's choice.
 nlohmann::json conv_algorithm_summary(const KernelModule& mod);
 

@@ -63,6 +63,7 @@ void register_builtin_backends() {
       co.target = o.target;
       co.threads = o.threads;
       co.cache_dir = o.cache_dir;
+      co.measure = o.profile;
       co.progress = o.progress;
       return std::make_unique<CpuExecutable>(CpuModel::build(m.graph, plan, co));
     };

@@ -18,6 +18,9 @@ struct CompileOptions {
   std::string target = "host";
   int threads = 0;            // 0: physical cores
   std::string cache_dir;      // "" = $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels
+  // Choose each convolution's algorithm by timing the candidates on this machine (cached per
+  // machine and layer shape); false (--no-profile): the cost model alone, deterministic.
+  bool profile = true;
   // Called as generated translation units finish compiling (done, total); the CLI draws a
   // progress bar with it on a terminal. May be called from compiler worker threads (serialised).
   std::function<void(size_t done, size_t total)> progress;

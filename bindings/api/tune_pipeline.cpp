@@ -119,6 +119,7 @@ TuneResult tune_pipeline(const Model& original, const TuneOptions& opt) {
       if (opt.objective == "latency") {
         CompileOptions co;
         co.target = opt.target;
+        co.profile = false;  // the pipelines are compared under the same deterministic choices
         auto exe = compile(m, &plan, co);
         exe->run(feeds);  // warm-up
         std::vector<double> ms;

@@ -35,6 +35,7 @@ int run_compile(const ParsedArgs& args) {
   co.target = target;
   co.progress = terminal_progress("compiling kernels");
   co.cache_dir = args.get("--cache-dir");
+  co.profile = o.profile;
   auto exe = compile(m, r.plan ? &*r.plan : nullptr, co);
   save_compiled(*exe, out);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -81,7 +82,7 @@ Command compile_command() {
       {"--pipeline", "", "P", "auto (default), none, or a pipeline name"},
       {"--pipeline-file", "", "FILE", "a pipeline file to run instead of --pipeline"},
       {"--rules", "", "FILE", "a user rule file for the pipeline's rule passes", true},
-      {"--no-profile", "", "", "settle undecided fusions by the cost model alone"},
+      {"--no-profile", "", "", "settle undecided fusions and conv algorithms by the cost models alone (no timing)"},
       {"--shape", "", "NAME=DIMS", "bind a model input's dims (compiled models have static shapes)", true},
       {"--cache-dir", "", "DIR", "kernel cache directory (default $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels)"},
       {"--json", "", "", "print one JSON object on stdout instead of text"},

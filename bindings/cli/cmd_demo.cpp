@@ -168,6 +168,7 @@ std::string compile_stage(DemoState& s) {
   OptimizeResult r = optimize(m, o);
   CompileOptions co;
   co.target = "host";
+  co.profile = false;  // deterministic and offline, like the fusion plan above
   s.exe = compile(m, r.plan ? &*r.plan : nullptr, co);
   s.compile_info = s.exe->info();
   s.kernels = r.plan ? r.plan->kernels() : m.graph.num_nodes();

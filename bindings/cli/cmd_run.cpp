@@ -202,6 +202,7 @@ int run_run(const ParsedArgs& args) {
     co.target = target;
     co.progress = terminal_progress("compiling kernels");
     co.threads = int(threads);
+    co.profile = !args.has("--no-profile");
     exe = compile(m, opt && opt->plan ? &*opt->plan : nullptr, co);
   }
   const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tc0).count();
@@ -324,7 +325,7 @@ Command run_command() {
       {"--pipeline", "", "P", "none (the graph as imported; default for reference), auto (default for compiled targets), or a pipeline name"},
       {"--pipeline-file", "", "FILE", "a pipeline file to run instead of --pipeline"},
       {"--rules", "", "FILE", "a user rule file for the pipeline's rule passes", true},
-      {"--no-profile", "", "", "settle undecided fusions by the cost model alone"},
+      {"--no-profile", "", "", "settle undecided fusions and conv algorithms by the cost models alone (no timing)"},
       {"--shape", "", "NAME=DIMS", "bind a model input's dims, e.g. --shape input=1,3,224,224", true},
       {"--input", "", "NAME=FILE.npy", "feed input NAME from a .npy file (give all inputs, or none)", true},
       {"--seed", "", "N", "seed of the random inputs used when no --input is given (default 0)"},

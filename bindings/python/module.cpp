@@ -212,14 +212,15 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("target", &CompiledModel::target)
       .def("info", &CompiledModel::info);
 
-  m.def("compile", [](const Model& model, const std::string& target, int threads, const std::string& cache_dir) {
+  m.def("compile", [](const Model& model, const std::string& target, int threads, const std::string& cache_dir, bool profile) {
         CompileOptions o;
         o.target = target;
         o.threads = threads;
         o.cache_dir = cache_dir;
+        o.profile = profile;
         py::gil_scoped_release nogil;
         return compile(model, o);
-      }, py::arg("model"), py::arg("target") = "host", py::arg("threads") = 0, py::arg("cache_dir") = "");
+      }, py::arg("model"), py::arg("target") = "host", py::arg("threads") = 0, py::arg("cache_dir") = "", py::arg("profile") = true);
 
   m.def("version", &version);
   m.def("zoo_names", &zoo_names);

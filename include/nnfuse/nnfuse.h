@@ -198,6 +198,9 @@ struct CompileOptions {
   std::string target = "host";  // reference = the fusion plan run block by block with reference kernels
   int threads = 0;              // 0: physical cores
   std::string cache_dir;        // kernel cache; "" = $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels
+  // Time each convolution's candidate algorithms (direct, Winograd) on this machine and keep the
+  // fastest (timings cached per machine and layer shape); false: the cost model, deterministic.
+  bool profile = true;
 };
 
 // A model compiled for one target. run() may be called from several threads at once.

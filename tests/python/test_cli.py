@@ -487,3 +487,42 @@ def test_inspect_reports_failed_inference(tmp_path):
     p = nnfuse("run", path)  # ...but not run
     assert p.returncode == 1
     assert_one_line_error(p, "bad_add")
+
+
+def _conv3x3_chain(path):
+    """x [1,5,24,24] -> Conv3x3 p1 (20) -> Relu -> Conv3x3 p1 (20): two 3x3 stride-1 layers whose
+    algorithm (direct or Winograd) has a choice."""
+    rng = np.random.default_rng(3)
+    w1 = numpy_helper.from_array((rng.standard_normal((20, 5, 3, 3)) * 0.3).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((20, 20, 3, 3)) * 0.2).astype(np.float32), "w2")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "conv3x3_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 24, 24])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, 24, 24])], [w1, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return save(m, path)
+
+
+def test_compile_times_conv_algorithms_unless_no_profile(tmp_path):
+    model = _conv3x3_chain(tmp_path / "m.onnx")
+    x = np.random.default_rng(4).standard_normal((1, 5, 24, 24)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    want = ort_run(model, {"x": x})["y"]
+    # Default: each 3x3 layer's algorithm is timed here; the timings land in the kernel cache and
+    # the artifact keeps the measured choices (and runs them).
+    nnfuse("compile", model, "-o", tmp_path / "art", "--cache-dir", tmp_path / "cache", check=0)
+    plan = json.loads((tmp_path / "art" / "plan.json").read_text())
+    assert len(plan["conv_algorithm_measured"]) == 2
+    assert all(t["source"] == "measured" and t["direct_nchwc"] > 0 for t in plan["conv_timings"].values())
+    timings = json.loads((tmp_path / "cache" / "conv_timings.json").read_text())
+    assert sum(len(shapes) for shapes in timings.values()) == 2
+    nnfuse("run", tmp_path / "art", "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "o1", check=0)
+    np.testing.assert_allclose(np.load(tmp_path / "o1" / "y.npy"), want, rtol=1e-4, atol=1e-4)
+    # --no-profile: the cost model alone; nothing timed, nothing written.
+    nnfuse("compile", model, "-o", tmp_path / "art2", "--cache-dir", tmp_path / "cache2", "--no-profile", check=0)
+    plan2 = json.loads((tmp_path / "art2" / "plan.json").read_text())
+    assert "conv_algorithm_measured" not in plan2 and "conv_timings" not in plan2
+    assert not (tmp_path / "cache2" / "conv_timings.json").exists()
+    nnfuse("run", tmp_path / "art2", "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "o2", check=0)
+    np.testing.assert_allclose(np.load(tmp_path / "o2" / "y.npy"), want, rtol=1e-4, atol=1e-4)

@@ -280,17 +280,20 @@ def load(path_or_bytes: Union[PathLike, bytes, bytearray, memoryview, Any], *,
 
 
 def compile(graph: Graph, target: str = "host", *, threads: int = 0,
-            cache_dir: Optional[PathLike] = None) -> CompiledModel:
+            cache_dir: Optional[PathLike] = None, profile: bool = True) -> CompiledModel:
     """Compiles ``graph`` as it stands for ``target``.
 
     An optimized graph runs block by block as its fusion plan says; a graph not optimized runs one
     kernel per operator. ``"reference"`` runs the reference kernels (the oracle); ``"host"``,
     ``"x86-avx2"``, ... use the generated kernels where the library has a code generator for them.
+    ``profile=True`` times each 3x3 convolution's algorithms (direct, Winograd) on this machine
+    and keeps the fastest (timings cached per machine and layer shape); ``False`` uses the cost
+    model alone, deterministically.
     """
     if not isinstance(graph, Graph):
         raise InvalidArgument(f"compile() takes an nnfuse.Graph (from nnfuse.load), got {type(graph).__name__}")
     cd = "" if cache_dir is None else _fspath(cache_dir, "cache_dir")
-    return CompiledModel(_core.compile(graph._m, target, threads, cd))
+    return CompiledModel(_core.compile(graph._m, target, threads, cd, bool(profile)))
 
 
 def export_rewritten(graph: Graph, path: PathLike) -> None:

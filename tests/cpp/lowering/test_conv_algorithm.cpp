@@ -71,6 +71,7 @@ TEST_CASE("conv algorithm: cost model, forced modes and the generated code match
     o.target = "host";
     o.cache_dir = cache.string();
     o.threads = 2;
+    o.measure = false;  // the cost model's choice (measured choices: the test below)
     o.lower.conv_algorithm = mode;
     auto cm = CpuModel::build(m.graph, &plan, o);
     auto n = algorithm_counts(cm->module());
@@ -93,6 +94,7 @@ TEST_CASE("conv algorithm: cost model, forced modes and the generated code match
     o.target = "host";
     o.cache_dir = cache.string();
     o.threads = 2;
+    o.measure = false;
     auto cm = CpuModel::build(m.graph, &plan, o);
     fs::path art = cache / "artifact";
     cm->save(art.string());
@@ -116,5 +118,100 @@ TEST_CASE("conv algorithm: cost model, forced modes and the generated code match
     CHECK_THROWS_WITH(CpuModel::build(m.graph, &plan, o), Catch::Contains("conv algorithm 'fft'"));
   }
   std::error_code ec;
+  fs::remove_all(cache, ec);
+}
+
+TEST_CASE("conv algorithm: measured on this machine, cached per machine and shape, kept by artifacts", "[conv_algorithm][codegen]") {
+  Model m = residual_model();
+  PlanOptions po;
+  po.profile = false;
+  FusionPlan plan = plan_fusion(m.graph, target_by_name("host"), po);
+  TensorMap feeds = random_feeds(m.graph, 12);
+  TensorMap want = run_reference(m.graph, feeds);
+  fs::path cache = fs::temp_directory_path() / ("nnfuse_test_convmeasure_" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove_all(cache, ec);
+  CpuCompileOptions o;
+  o.target = "host";
+  o.cache_dir = cache.string();
+  o.threads = 2;
+  const std::vector<std::string> algos = {"direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3"};
+  // Every measured stage runs the algorithm with the least time in its record.
+  auto check_choices = [&](const CpuModel& cm, const std::string& source) {
+    const auto& timings = cm.module().conv_timings;
+    int n = 0;
+    for (auto& st : cm.module().stages) {
+      auto key = "b" + std::to_string(st.block);
+      if (conv_algorithm_candidates(st).empty()) {
+        CHECK_FALSE(timings.contains(key));
+        continue;
+      }
+      REQUIRE(timings.contains(key));
+      const auto& t = timings[key];
+      CHECK(t["source"] == source);
+      std::string best;
+      for (auto& a : algos)
+        if (t.contains(a) && (best.empty() || t[a].get<double>() < t[best].get<double>())) best = a;
+      CHECK(t["direct_nchwc"].get<double>() > 0);
+      CHECK(conv_algorithm_name(st) == best);
+      ++n;
+    }
+    return n;
+  };
+  // The three 3x3 stride-1 convs have a choice (three geometries); the strided and 1x1 ones do not.
+  auto first = CpuModel::build(m.graph, &plan, o);
+  CHECK(check_choices(*first, "measured") == 3);
+  CHECK(first->info()["build"]["conv_timing"]["measured"] == 3);
+  CHECK(first->info()["memory"]["conv_algorithms"]["measured"].size() == 3);
+  check_close(first->run(feeds), want, 1e-4, 1e-4);
+  const fs::path timing_file = cache / "conv_timings.json";
+  REQUIRE(fs::exists(timing_file));
+
+  SECTION("a second compile takes the timings from the cache") {
+    auto again = CpuModel::build(m.graph, &plan, o);
+    CHECK(check_choices(*again, "cache") == 3);
+    CHECK(again->info()["build"]["conv_timing"]["measured"] == 0);
+  }
+  SECTION("the choice follows the timings, and an artifact regenerates the same code") {
+    // Rewrite the cached timings so that a different algorithm wins each layer than the cost model
+    // picks: F(2x2) where it chose F(4x4), direct where it chose F(2x2).
+    nlohmann::json j;
+    std::ifstream(timing_file) >> j;
+    for (auto& [machine, layers] : j.items())
+      for (auto& [shape, t] : layers.items()) {
+        for (auto& a : algos)
+          if (t.contains(a)) t[a] = 100.0;
+        t[t.contains("winograd_f4x4_3x3") && t.contains("winograd_f2x2_3x3") ? "winograd_f2x2_3x3" : "direct_nchwc"] = 1.0;
+      }
+    std::ofstream(timing_file) << j.dump();
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    check_choices(*cm, "cache");
+    const auto chosen = algorithm_counts(cm->module());
+    auto n = chosen;
+    CHECK(n["winograd_f4x4_3x3"] == 0);
+    CHECK(n["winograd_f2x2_3x3"] + n["direct_nchwc"] == 5);
+    CHECK(n["winograd_f2x2_3x3"] >= 2);
+    check_close(cm->run(feeds), want, 1e-4, 1e-4);
+    fs::path art = cache / "artifact";
+    cm->save(art.string());
+    auto loaded = CpuModel::load(art.string(), 2);  // a lowering without these choices would be refused as stale
+    CHECK(algorithm_counts(loaded->module()) == chosen);
+    CHECK(loaded->info()["memory"]["conv_algorithms"]["measured"].size() == 3);
+    check_close(loaded->run(feeds), want, 1e-4, 1e-4);
+  }
+  SECTION("a damaged timing file is measured again and rewritten") {
+    std::ofstream(timing_file) << "{ not json";
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    CHECK(check_choices(*cm, "measured") == 3);
+    nlohmann::json j;
+    CHECK_NOTHROW(std::ifstream(timing_file) >> j);
+  }
+  SECTION("without measurement the cost model decides, and nothing is timed") {
+    o.measure = false;
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    CHECK(cm->module().conv_timings.empty());
+    CHECK_FALSE(cm->info()["build"].contains("conv_timing"));
+    CHECK(algorithm_counts(cm->module())["winograd_f4x4_3x3"] == 2);
+  }
   fs::remove_all(cache, ec);
 }

@@ -1,0 +1,200 @@
+#include "kernels/conv_probe.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "graph/error.h"
+
+namespace nnfuse {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The timing program. One geometry is 9 integers (N C H W K OH OW pad_top pad_left) and a mask of
+// the algorithms to time (bit 0 direct, 1 F(4x4), 2 F(2x2)); it writes seconds per algorithm
+// (-1 where not timed). Rounds alternate the algorithms, so a drift in clock speed or a neighbour's
+// load hits them alike, and each keeps its best round. The data is random: the kernels' speed does
+// not depend on values (no denormals from this range).
+constexpr const char* kProbeSource = R"(// nnfuse convolution timing program (kernels/conv_probe.cpp): do not edit.
+#include "gen_support.h"
+#include <chrono>
+#include <cstdint>
+
+namespace {
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+void fill(std::vector<float>& v, uint32_t seed) {
+  for (auto& x : v) { seed = seed * 1664525u + 1013904223u; x = float(int32_t(seed >> 9) - (1 << 22)) * (1.0f / float(1 << 22)); }
+}
+}  // namespace
+
+extern "C" int nnfuse_conv_probe(const int64_t* g, int64_t n, double* out) {
+  namespace mk = nnfuse::mk;
+  for (int64_t i = 0; i < n; ++i, g += 10, out += 3) {
+    mk::ConvNchwcArgs a;
+    a.N = g[0], a.C = g[1], a.H = g[2], a.W = g[3], a.K = g[4], a.OH = g[5], a.OW = g[6];
+    a.KH = a.KW = 3, a.pad_top = g[7], a.pad_left = g[8], a.threads = 1;
+    const int64_t mask = g[9];
+    std::vector<float> x(size_t(a.N * mk::nchwc_blocks(a.C, nf::L) * nf::L * a.H * a.W)), w(size_t(a.K * a.C * 9));
+    std::vector<float> y(size_t(a.N * mk::nchwc_blocks(a.K, nf::L) * nf::L * a.OH * a.OW));
+    fill(x, 1), fill(w, 2);
+    a.x = x.data(), a.y = y.data();
+    mk::PackedConvNchwc pd;
+    mk::PackedConvWinograd p4;
+    mk::PackedConvWinograd2 p2;
+    if (mask & 1) pd.pack(w.data(), a.K, a.C, 3, 3, nf::L), a.w = pd.w.data();
+    if (mask & 2) p4.pack(w.data(), a.K, a.C, nf::L);
+    if (mask & 4) p2.pack(w.data(), a.K, a.C, nf::L);
+    auto run = [&](int algo) {
+      if (algo == 0) mk::conv2d_nchwc<nf::A>(a, mk::IdentityEpilogue{});
+      else if (algo == 1) mk::conv2d_nchwc_winograd<nf::A>(a, p4, mk::IdentityEpilogue{});
+      else mk::conv2d_nchwc_winograd<nf::A>(a, p2, mk::IdentityEpilogue{});
+    };
+    double best[3] = {1e30, 1e30, 1e30};
+    const double start = now_s();
+    for (int round = 0; round < 9; ++round) {
+      for (int algo = 0; algo < 3; ++algo) {
+        if (!(mask >> algo & 1)) continue;
+        const double t0 = now_s();
+        run(algo);
+        const double t = now_s() - t0;
+        if (round > 0) best[algo] = t < best[algo] ? t : best[algo];  // round 0 warms caches and scratch
+      }
+      if (round >= 3 && now_s() - start > 0.15) break;
+    }
+    for (int algo = 0; algo < 3; ++algo) out[algo] = (mask >> algo & 1) ? best[algo] : -1.0;
+  }
+  return 0;
+}
+)";
+
+// Model name of the first CPU in /proc/cpuinfo ("" where there is none): the timing cache's key,
+// with the target, since the same ISA runs at different speeds on different cores.
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0 || line.rfind("Model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  return "";
+}
+
+int64_t ip(const Stage& st, const char* k) {
+  auto it = st.iparams.find(k);
+  return it == st.iparams.end() ? 0 : it->second;
+}
+
+nlohmann::json read_timings(const fs::path& p) {
+  std::ifstream f(p);
+  if (!f) return nlohmann::json::object();
+  try {
+    nlohmann::json j = nlohmann::json::parse(f);
+    return j.is_object() ? j : nlohmann::json::object();
+  } catch (const nlohmann::json::exception&) {
+    return nlohmann::json::object();  // a damaged file is re-measured and rewritten
+  }
+}
+
+void write_timings(const fs::path& p, const nlohmann::json& j) {
+  std::error_code ec;
+  fs::create_directories(p.parent_path(), ec);
+  fs::path tmp = p.string() + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp);
+    f << j.dump(1);
+    if (!f) return;  // the cache is an optimisation: a read-only cache just re-measures next time
+  }
+  fs::rename(tmp, p, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
+}  // namespace
+
+ConvProbeResult choose_conv_algorithms_by_measurement(KernelModule& mod, const ToolchainOptions& to) {
+  auto t0 = std::chrono::steady_clock::now();
+  ConvProbeResult r;
+  const std::string machine = cpu_model_name() + " | " + to.target + " | L" + std::to_string(mod.layout_block);
+  // Geometry key -> (stages, mask).
+  struct Layer {
+    std::vector<Stage*> stages;
+    std::vector<int64_t> geo;
+  };
+  std::map<std::string, Layer> layers;
+  for (auto& st : mod.stages) {
+    const std::vector<int64_t> cand = conv_algorithm_candidates(st);
+    if (cand.empty()) continue;
+    int64_t mask = 0;
+    for (int64_t c : cand) mask |= int64_t(1) << c;
+    std::vector<int64_t> geo = {ip(st, "N"), ip(st, "C"), ip(st, "H"), ip(st, "W"), ip(st, "CO"), ip(st, "OH"), ip(st, "OW"), ip(st, "PH"), ip(st, "PW"), mask};
+    std::string key = "conv3x3";
+    for (int64_t v : geo) key += " " + std::to_string(v);
+    auto& l = layers[key];
+    l.geo = geo;
+    l.stages.push_back(&st);
+    ++r.layers;
+  }
+  if (layers.empty()) return r;
+  const fs::path cache_file = fs::path(to.cache_dir.empty() ? default_cache_dir() : to.cache_dir) / "conv_timings.json";
+  nlohmann::json cache = read_timings(cache_file);
+  if (!cache.contains(machine) || !cache[machine].is_object()) cache[machine] = nlohmann::json::object();
+  std::vector<std::string> missing;
+  std::vector<int64_t> geos;
+  for (auto& [key, l] : layers)
+    if (!cache[machine].contains(key)) {
+      missing.push_back(key);
+      geos.insert(geos.end(), l.geo.begin(), l.geo.end());
+    }
+  if (!missing.empty()) {
+    SourceUnit u;
+    u.name = "conv_probe";
+    u.code = kProbeSource;
+    u.symbols = {"nnfuse_conv_probe"};
+    BuildResult br = build_shared_object({u}, to);
+    SharedObject so(br.so_path);
+    using ProbeFn = int (*)(const int64_t*, int64_t, double*);
+    auto probe = reinterpret_cast<ProbeFn>(so.symbol("nnfuse_conv_probe"));
+    std::vector<double> out(missing.size() * 3);
+    if (probe(geos.data(), int64_t(missing.size()), out.data()) != 0) fail(ErrorKind::Runtime, "the convolution timing program failed");
+    cache = read_timings(cache_file);  // another process may have added entries meanwhile
+    if (!cache.contains(machine) || !cache[machine].is_object()) cache[machine] = nlohmann::json::object();
+    for (size_t i = 0; i < missing.size(); ++i) {
+      nlohmann::json t = nlohmann::json::object();
+      for (int64_t algo = 0; algo < 3; ++algo)
+        if (out[i * 3 + size_t(algo)] >= 0) t[conv_algorithm_name(algo)] = out[i * 3 + size_t(algo)] * 1e6;
+      cache[machine][missing[i]] = t;
+    }
+    write_timings(cache_file, cache);
+    r.measured = int(missing.size());
+  }
+  std::set<std::string> fresh(missing.begin(), missing.end());
+  for (auto& [key, l] : layers) {
+    const nlohmann::json& t = cache[machine][key];
+    int64_t best = -1;
+    double best_us = 0;
+    for (int64_t algo = 0; algo < 3; ++algo) {
+      const std::string name = conv_algorithm_name(algo);
+      if (!t.contains(name) || !t[name].is_number()) continue;
+      const double us = t[name].get<double>();
+      if (best < 0 || us < best_us) best = algo, best_us = us;
+    }
+    if (best < 0) continue;  // a damaged entry: the cost model's choice stands
+    for (Stage* st : l.stages) {
+      st->iparams["ALGO"] = best;
+      nlohmann::json rec = t;
+      rec["source"] = fresh.count(key) ? "measured" : "cache";
+      mod.conv_timings["b" + std::to_string(st->block)] = rec;
+    }
+  }
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace nnfuse
