@@ -318,9 +318,19 @@ int main(int argc, char** argv) {
         {"dw", 144, 56, 56, 144, 5, 2, 1},  {"dw", 240, 28, 28, 240, 5, 1, 1}, {"dw", 480, 14, 14, 480, 3, 1, 1},
         {"dw", 672, 14, 14, 672, 5, 1, 1},  {"dw", 1152, 7, 7, 1152, 5, 1, 1},
     };
+    // Pointwise (1x1) layers of EfficientNet-B0 / MobileNetV2 (224x224): expansions from few
+    // channels, projections to few, and the 7x7 head; few FMAs per output, so tile overheads show.
+    const ConvCase pw_cases[] = {
+        {"mb", 16, 112, 112, 96, 1, 1, 1}, {"mb", 24, 56, 56, 144, 1, 1, 2}, {"mb", 144, 56, 56, 24, 1, 1, 1},
+        {"mb", 40, 28, 28, 240, 1, 1, 2},  {"mb", 240, 28, 28, 40, 1, 1, 1}, {"mb", 80, 14, 14, 480, 1, 1, 3},
+        {"mb", 480, 14, 14, 112, 1, 1, 1}, {"mb", 1152, 7, 7, 320, 1, 1, 1}, {"mb", 320, 7, 7, 1280, 1, 1, 1},
+    };
     double df = 0, ds = 0;
     for (const auto& c : dw_cases) bench_conv(c, par, reps, peak, df, ds, true);
     std::printf("depthwise weighted: %.1f GFLOP/s (%.3f ms)\n", df / ds * 1e-9, ds * 1e3);
+    double pf = 0, ps = 0;
+    for (const auto& c : pw_cases) bench_conv(c, par, reps, peak, pf, ps);
+    std::printf("mobile pointwise weighted: %.1f%% of peak (%.3f ms)\n", 100 * pf / ps * 1e-9 / peak, ps * 1e3);
     double rf = 0, rs = 0, yf = 0, ys = 0;
     for (const auto& c : cases) {
       if (std::strcmp(c.model, "r50") == 0) bench_conv(c, par, reps, peak, rf, rs);

@@ -980,6 +980,30 @@ struct Lowerer {
   }
 
   // Lowers one block into stages; throws NoLowering when a member cannot be lowered.
+  // The last value of the chain of unary members that map the anchor output O one to one: each
+  // the only in-block use of the one before, same shape as O, float, and not itself a block output
+  // (except the last). A block whose epilogue cannot be scattered from the anchor's index (a
+  // broadcast expands the anchor output) materialises this value instead of O, so that the chain
+  // runs once per anchor element rather than once per expanded element: squeeze-excitation's
+  // Sigmoid on a [1,C,1,1] conv output was computed for each of the C*H*W elements it scales.
+  std::string one_to_one_tail(const BlockCtx& bc, const FusionBlock& b, const std::string& O) {
+    auto is_output = [&](const std::string& v) { return std::find(b.outputs.begin(), b.outputs.end(), v) != b.outputs.end(); };
+    std::string m = O;
+    while (!is_output(m)) {
+      NodeId next = kNoNode;
+      int uses = 0;
+      for (NodeId id : bc.members)
+        for (auto& in : g.node(id).inputs) uses += in == m ? (next = id, 1) : 0;
+      if (uses != 1) break;
+      const Node& n = g.node(next);
+      if (!kUnary.count(n.op_type) || n.outputs.size() != 1 || n.outputs[0].empty()) break;
+      const std::string& v = n.outputs[0];
+      if (shape_of(v) != shape_of(O) || g.type(v).dtype != DType::Float32) break;
+      m = v;
+    }
+    return m;
+  }
+
   std::vector<Stage> lower_block(const FusionBlock& b, bool fuse_epilogue) {
     // Outputs folded at lowering time are weights already: never stored by a stage.
     for (auto& v : b.outputs)
@@ -1097,19 +1121,20 @@ struct Lowerer {
     StageBuilder sb;
     sb.st.kind = StageKind::Anchor;
     anchor_params(sb, bc, an);
+    const std::string M = one_to_one_tail(bc, b, O);
     Store s;
-    s.buffer = buffer_for(O);
-    s.expr = sb.anchor_expr;
     s.map = identity_map(shape_of(O));
+    s.buffer = buffer_for(M);
+    s.expr = M == O ? sb.anchor_expr : expr_of(sb, bc, M, s.map);
     sb.st.stores.push_back(s);
     finish_stage(sb.st);
     pick_anchor_output(sb.st);
     sb.st.name = tag + "_a";
     stages.push_back(std::move(sb.st));
-    bc.available.insert(O);
+    bc.available.insert(M);
     std::vector<std::string> rest;
     for (auto& v : b.outputs)
-      if (v != O && std::find(pro_values.begin(), pro_values.end(), v) == pro_values.end()) rest.push_back(v);
+      if (v != O && v != M && std::find(pro_values.begin(), pro_values.end(), v) == pro_values.end()) rest.push_back(v);
     if (!rest.empty()) elementwise_stages(bc, rest, stages, tag + "_post");
     return stages;
   }

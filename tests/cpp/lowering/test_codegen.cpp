@@ -193,3 +193,35 @@ TEST_CASE("codegen: arm-neon cross-compiled driver runs resnet_tiny under qemu",
   co.threads = 2;
   check_close(cross_run(km, feeds, co), run_reference(m.graph, feeds));
 }
+
+TEST_CASE("codegen: squeeze-excitation gate runs its activation once per channel, not per scaled element", "[codegen]") {
+  // x -> GAP -> 1x1 conv -> Relu -> 1x1 conv -> Sigmoid -> Neg -> x * gate: the block anchored at
+  // the second conv cannot scatter its epilogue (the Mul broadcasts the [1,16,1,1] gate over the
+  // map), so it materialises a value and multiplies in a second stage. The value is the gate after
+  // the one-to-one chain (Sigmoid, Neg), so the chain runs 16 times, not 16 * 9 * 9.
+  GraphBuilder gb("se");
+  auto x = gb.input("x", DType::Float32, {1, 16, 9, 9});
+  auto gap = gb.op("GlobalAveragePool", {x});
+  auto fc1 = gb.op("Conv", {gap, gb.weight("w1", {4, 16, 1, 1}, 0.3f), gb.weight("b1", {4})});
+  auto r = gb.op("Relu", {fc1});
+  auto fc2 = gb.op("Conv", {r, gb.weight("w2", {16, 4, 1, 1}, 0.3f), gb.weight("b2", {16})});
+  auto sig = gb.op("Sigmoid", {fc2});
+  auto neg = gb.op("Neg", {sig});
+  auto y = gb.op("Mul", {x, neg});
+  gb.output(y);
+  Model m = gb.finish();
+  FusionPlan plan = grouped_plan(m.graph, {{gap}, {fc1, r}, {fc2, sig, neg, y}});
+  auto cm = CpuModel::build(m.graph, &plan, opts());
+  CHECK(cm->module().fallback_blocks == 0);
+  const auto& mod = cm->module();
+  const int gate = mod.buffer_id(neg);
+  REQUIRE(gate >= 0);
+  CHECK(mod.buffer_id(fc2) < 0);  // the raw conv output is never stored
+  CHECK(mod.buffer_id(sig) < 0);
+  int anchors_storing_gate = 0;
+  for (auto& st : mod.stages)
+    for (auto& s : st.stores) anchors_storing_gate += s.buffer == gate && st.kind == StageKind::Anchor;
+  CHECK(anchors_storing_gate == 1);
+  TensorMap feeds = random_feeds(m.graph, 5);
+  check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
