@@ -11,6 +11,25 @@
 
 namespace nnfuse::mk {
 
+namespace detail {
+// p * 2^fn for an integral fn in [-127, 129] (what the clamped arguments below give): one AVX-512
+// scalef, or elsewhere two exponent factors 2^(n/2) (one factor would overflow at n = 128).
+template <class Arch> inline vfloat<Arch> times_pow2(const vfloat<Arch>& p, const vfloat<Arch>& fn) {
+  using V = vfloat<Arch>;
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) return V(_mm512_scalef_ps(p, fn));
+  else
+#endif
+  {
+    using I = xsimd::batch<int32_t, Arch>;
+    const I n = xsimd::to_int(fn), h = n >> 1;
+    const V s1 = xsimd::bitwise_cast<V>((h + I(127)) << 23);
+    const V s2 = xsimd::bitwise_cast<V>((n - h + I(127)) << 23);
+    return p * s1 * s2;
+  }
+}
+}  // namespace detail
+
 // e^v = 2^n e^r with n = round(v log2 e) and |r| <= ln2 / 2 (ln2 split in two so that r is exact
 // to float precision), e^r by its Taylor series to r^6 (truncation error < 1.3e-7 relative at
 // |r| = ln2 / 2). 2^n is applied as one AVX-512 scalef, or elsewhere as two exponent factors
@@ -35,30 +54,34 @@ template <class Arch> inline vfloat<Arch> vexp(const vfloat<Arch>& v) {
   p = xsimd::fma(p, r, V(0.5f));
   p = xsimd::fma(p, r, V(1.f));
   p = xsimd::fma(p, r, V(1.f));
-  V e;
-#if defined(__AVX512F__)
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) e = V(_mm512_scalef_ps(p, fn));
-  else
-#endif
-  {
-    using I = xsimd::batch<int32_t, Arch>;
-    const I n = xsimd::to_int(fn), h = n >> 1;
-    const V s1 = xsimd::bitwise_cast<V>((h + I(127)) << 23);
-    const V s2 = xsimd::bitwise_cast<V>((n - h + I(127)) << 23);
-    e = p * s1 * s2;
-  }
-  return xsimd::select(v < V(-87.3f), V(0.f), e);
+  return xsimd::select(v < V(-87.3f), V(0.f), detail::times_pow2(p, fn));
 }
 template <class Arch> inline vfloat<Arch> vlog(const vfloat<Arch>& v) { return xsimd::log(v); }
 template <class Arch> inline vfloat<Arch> vtanh(const vfloat<Arch>& v) { return xsimd::tanh(v); }
 template <class Arch> inline vfloat<Arch> verf(const vfloat<Arch>& v) { return xsimd::erf(v); }
 template <class Arch> inline vfloat<Arch> vsqrt(const vfloat<Arch>& v) { return xsimd::sqrt(v); }
-// 1 / (1 + e^-v): e^-v overflows to +inf for v < -88, giving the correct limit 0. (An
-// approximate reciprocal and a Newton step instead of the division measured no faster: the
-// division is one instruction among the exponential's twenty.)
+// 1 / (1 + e^-v). e^-v is vexp's reduction run on -v without forming -v: s = v + n ln2 with
+// n = round(-v log2 e) is -r, and e^r = e^-s is the same Taylor series with alternating signs.
+// v is clamped to [-89, 87.3], so e^-v lies between 2^-126 (1 plus that is 1: the result is
+// exactly 1 and no denormal is formed) and infinity (the result is 0, the correct limit). So no
+// select is needed: 14 vector operations where vexp(-v) and the division took 17 (SiLU and Swish
+// run this once per element). An approximate reciprocal and a Newton step instead of the
+// division measured no faster on a Xeon.
 template <class Arch> inline vfloat<Arch> vsigmoid(const vfloat<Arch>& v) {
-  const vfloat<Arch> one(1.f);
-  return one / (one + vexp<Arch>(-v));
+  using V = vfloat<Arch>;
+  const V x = xsimd::min(V(87.3f), xsimd::max(V(-89.f), v));  // NaN passes (see vexp)
+  const V fn = xsimd::nearbyint(x * V(-1.44269504088896341f));
+  V s = xsimd::fma(fn, V(0.693359375f), x);
+  s = xsimd::fma(fn, V(-2.12194440e-4f), s);
+  V p(1.f / 720.f);
+  p = xsimd::fma(p, s, V(-1.f / 120.f));
+  p = xsimd::fma(p, s, V(1.f / 24.f));
+  p = xsimd::fma(p, s, V(-1.f / 6.f));
+  p = xsimd::fma(p, s, V(0.5f));
+  p = xsimd::fma(p, s, V(-1.f));
+  p = xsimd::fma(p, s, V(1.f));
+  const V one(1.f);
+  return one / (one + detail::times_pow2(p, fn));
 }
 // GELU (erf form): 0.5 v (1 + erf(v / sqrt 2)) = 0.5 v erfc(-v / sqrt 2); the erfc form keeps
 // its relative accuracy for negative v, where 1 + erf cancels.

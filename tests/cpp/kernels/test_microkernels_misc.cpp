@@ -300,6 +300,10 @@ TEST_CASE("vexp and vsigmoid at the edges: NaN, infinities, overflow and underfl
   CHECK(lane0(mk::vsigmoid(V(inf))) == 1.f);
   CHECK(lane0(mk::vsigmoid(V(-inf))) == 0.f);
   CHECK(lane0(mk::vsigmoid(V(-100.f))) == Approx(0.0).margin(1e-38));
+  CHECK(lane0(mk::vsigmoid(V(88.f))) == 1.f);   // past the clamp: exactly 1
+  CHECK(lane0(mk::vsigmoid(V(17.f))) == Approx(1.0 / (1.0 + std::exp(-17.0))).epsilon(1e-7));
+  CHECK(lane0(mk::vsigmoid(V(-87.f))) == Approx(1.0 / (1.0 + std::exp(87.0))).epsilon(1e-6));
+  CHECK(lane0(mk::vsigmoid(V(0.f))) == 0.5f);
 }
 
 TEST_CASE("unary_map applies a generic lambda to batches and the tail", "[microkernels][math]") {
