@@ -359,6 +359,10 @@ void nchwc_cases(Checker& ck) {
               C{1, 20, 14, 14, 20, 5, 5, 1, 2, 1, true, true}, C{2, 17, 6, 5, 17, 3, 3, 1, 0, 1, true, true},
               C{1, 33, 7, 7, 33, 5, 5, 1, 2, 1, true, true}, C{1, 5, 6, 3, 5, 5, 5, 1, 2, 1, true, true},
               C{1, 40, 56, 28, 40, 5, 5, 1, 2, 1, true, true},
+              // Wider stride-1 depthwise rows on the generic tile: interior and checked border
+              // tiles (widths off the tile size, pads 0-2, a 1x3 kernel, batch 2).
+              C{1, 20, 5, 37, 20, 3, 3, 1, 1, 1, true, true}, C{2, 17, 4, 30, 17, 3, 3, 1, 0, 1, true, true},
+              C{1, 33, 6, 41, 33, 5, 5, 1, 2, 1, true, true}, C{1, 16, 3, 40, 16, 1, 3, 1, 1, 1, true, true},
               // Narrow depthwise maps off the padded-row path's stride-1 case: stride 2, dilation
               // 2, and pads past the kernel's reach (whole rows and columns of padding). Depthwise
               // reads blocked input only (the layout pass blocks a depthwise conv's input first).
