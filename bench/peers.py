@@ -2,7 +2,9 @@
 """nnfuse (`--target host`) vs ONNX Runtime vs OpenVINO on the same models, in one run (issue 21).
 
 Each engine runs in its own process (nnfuse: `nnfuse run DIR` of an artifact compiled once with
-`nnfuse compile --no-profile`; ORT and OpenVINO: a child of this script), with a fixed thread count
+`nnfuse compile` as a user runs it, so that convolution algorithms are timed on this machine;
+`--no-profile` passes that flag on for the deterministic cost model; ORT and OpenVINO: a child
+of this script), with a fixed thread count
 and batch 1. Rounds are interleaved (round r runs nnfuse, ORT, OpenVINO in turn, then r+1 again), so
 that all three see the same machine load; each process does one warm-up run and then `--runs` timed
 runs, and the latency of an engine is the median over all its timed runs of all rounds. Process
@@ -147,6 +149,7 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--atol", type=float, default=1e-5)
     ap.add_argument("--workdir", default="/tmp/nnfuse_peers")
+    ap.add_argument("--no-profile", action="store_true", help="compile with --no-profile: the cost model picks conv algorithms (deterministic)")
     ap.add_argument("--child", nargs=4, metavar=("ENGINE", "MODEL", "THREADS", "RUNS"), help=argparse.SUPPRESS)
     ap.add_argument("--input", action="append", default=[], help=argparse.SUPPRESS)
     ap.add_argument("--out-dir", default="", help=argparse.SUPPRESS)
@@ -163,7 +166,7 @@ def main():
         path, inputs, shape_args = prepare(name, a.cli, a.workdir)
         art = os.path.join(a.workdir, f"{name}.nnf")
         t0 = time.time()
-        comp = run_json([a.cli, "compile", path, "-o", art, "--no-profile", *shape_args, "--json"])
+        comp = run_json([a.cli, "compile", path, "-o", art, *(["--no-profile"] if a.no_profile else []), *shape_args, "--json"])
         compile_s = time.time() - t0
         mem = comp["compile"]["memory"]
         in_args = [x for kv in inputs for x in ("--input", kv)]
