@@ -7,9 +7,9 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "graph/error.h"
+#include "kernels/emit_cpp.h"
 
 namespace nnfuse {
 
@@ -87,11 +87,6 @@ std::string cpu_model_name() {
   return "";
 }
 
-int64_t ip(const Stage& st, const char* k) {
-  auto it = st.iparams.find(k);
-  return it == st.iparams.end() ? 0 : it->second;
-}
-
 nlohmann::json read_timings(const fs::path& p) {
   std::ifstream f(p);
   if (!f) return nlohmann::json::object();
@@ -122,7 +117,7 @@ ConvProbeResult choose_conv_algorithms_by_measurement(KernelModule& mod, const T
   auto t0 = std::chrono::steady_clock::now();
   ConvProbeResult r;
   const std::string machine = cpu_model_name() + " | " + to.target + " | L" + std::to_string(mod.layout_block);
-  // Geometry key -> (stages, mask).
+  // One entry per geometry (its key includes the candidate mask): the stages that have it.
   struct Layer {
     std::vector<Stage*> stages;
     std::vector<int64_t> geo;
@@ -133,7 +128,9 @@ ConvProbeResult choose_conv_algorithms_by_measurement(KernelModule& mod, const T
     if (cand.empty()) continue;
     int64_t mask = 0;
     for (int64_t c : cand) mask |= int64_t(1) << c;
-    std::vector<int64_t> geo = {ip(st, "N"), ip(st, "C"), ip(st, "H"), ip(st, "W"), ip(st, "CO"), ip(st, "OH"), ip(st, "OW"), ip(st, "PH"), ip(st, "PW"), mask};
+    std::vector<int64_t> geo;
+    for (const char* k : {"N", "C", "H", "W", "CO", "OH", "OW", "PH", "PW"}) geo.push_back(stage_iparam(st, k));
+    geo.push_back(mask);
     std::string key = "conv3x3";
     for (int64_t v : geo) key += " " + std::to_string(v);
     auto& l = layers[key];

@@ -9,10 +9,12 @@
 // the ResNet-50 and YOLOv8n layer shapes (bench/kernels_bench.cpp, bench/RESULTS.md): F(4x4) is
 // 2-4.5x faster than direct from 20 tiles per call (20x20 maps and up), F(2x2) wins below that
 // (14x14: 1.95x vs 1.84x; 10x10: 1.55x vs 1.36x) down to 20 tiles of 2x2. On 7x7 maps (16 such
-// tiles) direct wins since a padded direct conv runs on a zero-bordered copy of its input
-// (Xeon: F(2x2) 0.92x, F(4x4) 0.66x of direct; it was F(2x2) 1.49x on Zen 4 before the copy,
-// when most of those pixels took the bounds-checked tile). Winograd's scratch (the transformed input and products) is kept within a bound so
-// that a large image falls back to the direct kernel.
+// tiles) direct wins on a Xeon since a padded direct conv runs on a zero-bordered copy of its
+// input (F(2x2) 0.92x, F(4x4) 0.66x of direct) while F(2x2) still wins on Zen 4 (1.2x): which is
+// why CpuModel times the candidates on the machine by default (kernels/conv_probe.h) and this
+// model decides only under --no-profile and for cross targets. Winograd's scratch (the
+// transformed input and products) is kept within a bound so that a large image falls back to the
+// direct kernel.
 #include <cstdlib>
 
 #include "graph/error.h"
@@ -65,8 +67,7 @@ std::string conv_algorithm_name(int64_t algo) {
 
 std::string conv_algorithm_name(const Stage& st) {
   if (st.kind != StageKind::Anchor || st.anchor_op != "Conv") return "";
-  if (ip(st, "ALGO") == kConvWinogradF4x4) return "winograd_f4x4_3x3";
-  if (ip(st, "ALGO") == kConvWinogradF2x2) return "winograd_f2x2_3x3";
+  if (ip(st, "ALGO") != kConvDirect) return conv_algorithm_name(ip(st, "ALGO"));
   if (st.layout_block <= 0) return ip(st, "G") > 1 && ip(st, "G") == ip(st, "C") ? "depthwise" : "im2col_gemm";
   return ip(st, "G") > 1 ? "depthwise_nchwc" : "direct_nchwc";
 }

@@ -979,7 +979,6 @@ struct Lowerer {
     return st;
   }
 
-  // Lowers one block into stages; throws NoLowering when a member cannot be lowered.
   // The last value of the chain of unary members that map the anchor output O one to one: each
   // the only in-block use of the one before, same shape as O, float, and not itself a block output
   // (except the last). A block whose epilogue cannot be scattered from the anchor's index (a
@@ -1004,6 +1003,7 @@ struct Lowerer {
     return m;
   }
 
+  // Lowers one block into stages; throws NoLowering when a member cannot be lowered.
   std::vector<Stage> lower_block(const FusionBlock& b, bool fuse_epilogue) {
     // Outputs folded at lowering time are weights already: never stored by a stage.
     for (auto& v : b.outputs)

@@ -51,13 +51,18 @@ std::map<std::string, int> algorithm_counts(const KernelModule& km) {
   return n;
 }
 
+// The fusion plan both cases compile (the fusion cost model alone: deterministic).
+FusionPlan deterministic_plan(const Model& m) {
+  PlanOptions po;
+  po.profile = false;
+  return plan_fusion(m.graph, target_by_name("host"), po);
+}
+
 }  // namespace
 
 TEST_CASE("conv algorithm: cost model, forced modes and the generated code match the reference", "[conv_algorithm][codegen]") {
   Model m = residual_model();
-  PlanOptions po;
-  po.profile = false;
-  FusionPlan plan = plan_fusion(m.graph, target_by_name("host"), po);
+  FusionPlan plan = deterministic_plan(m);
   TensorMap feeds = random_feeds(m.graph, 11);
   TensorMap want = run_reference(m.graph, feeds);
   fs::path cache = fs::temp_directory_path() / ("nnfuse_test_convalgo_" + std::to_string(::getpid()));
@@ -123,9 +128,7 @@ TEST_CASE("conv algorithm: cost model, forced modes and the generated code match
 
 TEST_CASE("conv algorithm: measured on this machine, cached per machine and shape, kept by artifacts", "[conv_algorithm][codegen]") {
   Model m = residual_model();
-  PlanOptions po;
-  po.profile = false;
-  FusionPlan plan = plan_fusion(m.graph, target_by_name("host"), po);
+  FusionPlan plan = deterministic_plan(m);
   TensorMap feeds = random_feeds(m.graph, 12);
   TensorMap want = run_reference(m.graph, feeds);
   fs::path cache = fs::temp_directory_path() / ("nnfuse_test_convmeasure_" + std::to_string(::getpid()));
