@@ -52,7 +52,7 @@ extern "C" int nnfuse_conv_probe(const int64_t* g, int64_t n, double* out) {
     if (mask & 2) p4.pack(w.data(), a.K, a.C, nf::L);
     if (mask & 4) p2.pack(w.data(), a.K, a.C, nf::L);
     auto run = [&](int algo) {
-      if (algo == 0) mk::conv2d_nchwc<nf::A>(a, mk::IdentityEpilogue{});
+      if (algo == 0) mk::conv2d_nchwc<nf::A, mk::ConvClass{mk::ConvKind::Spatial, 0}>(a, mk::IdentityEpilogue{});
       else if (algo == 1) mk::conv2d_nchwc_winograd<nf::A>(a, p4, mk::IdentityEpilogue{});
       else mk::conv2d_nchwc_winograd<nf::A>(a, p2, mk::IdentityEpilogue{});
     };

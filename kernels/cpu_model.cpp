@@ -100,7 +100,10 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
     for (auto& u : src) all += u.code;
     m->code_hash_ = content_hash(all);
   }
-  m->build_info_ = {{"lower_ms", lower_ms}, {"emit_ms", emit_ms}, {"units", src.size()}};
+  size_t stages = 0, implementations = 0;
+  for (auto& u : src) stages += u.symbols.size(), implementations += u.implementations;
+  m->build_info_ = {{"lower_ms", lower_ms}, {"emit_ms", emit_ms},        {"units", src.size()},
+                    {"stages", stages},     {"implementations", implementations}};
   if (!conv_probe_info.is_null()) m->build_info_["conv_timing"] = conv_probe_info;
   if (is_cross_target(o.target)) {
     // The runtime cannot load code for this CPU: a standalone program (kernels/cross_run.h),
@@ -401,7 +404,7 @@ TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_
     if (fns_[i]) {
       fns_[i](&ctx, ptrs.data());
       if (status) fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_node_list(mod_.graph, mod_.stages[i]) +
-                                               "): an index is out of range for the data it selects from");
+                                               "): " + nnfuse_status_message(status));
     } else run_fallback(mod_.stages[i], ptrs.data(), dyn);
     if (stage_ms) (*stage_ms)[i] = ms_since(t0);
   }

@@ -182,8 +182,8 @@ std::string emit_cross_driver(const KernelModule& m) {
     std::string ops;
     for (NodeId id : s.nodes) ops += (ops.empty() ? "" : "+") + m.graph.node(id).op_type;
     o << "  " << stage_symbol(s) << "(ctx, B);\n";
-    o << "  if (ctx->status && *ctx->status) throw nfd::Error(" << cstr("stage " + s.name + " (" + ops + "): an index is out of range for the data it selects from")
-      << ");\n";
+    o << "  if (ctx->status && *ctx->status) throw nfd::Error(std::string(" << cstr("stage " + s.name + " (" + ops + "): ")
+      << ") + nnfuse_status_message(*ctx->status));\n";
   }
   o << "}\nconst nfd::Model kModel = {" << cstr(m.model_name) << ", " << m.buffers.size() << ", kBuffers, " << m.graph_inputs.size() << ", "
     << (m.graph_inputs.empty() ? "nullptr" : "kInputs") << ", " << m.graph_outputs.size() << ", "

@@ -358,7 +358,7 @@ inline int run_main(const Model& m, int argc, char** argv) {
       throw Error(std::string("missing --input ") + m.inputs[i].name + "=FILE.npy (" + m.inputs[i].dtype + shape_str(io_shape(m.inputs[i])) + ")");
   Pool pool(threads);
   nnfuse_exec_ctx ctx = pool.ctx();
-  int32_t status = 0;  // stages flag bad data here (a Gather index out of range); run() checks it
+  int32_t status = 0;  // stages flag bad data here (NNFUSE_STATUS_*); run() checks it
   ctx.status = &status;
   m.prepare(B.data());
   std::vector<double> ms;

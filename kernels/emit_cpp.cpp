@@ -1,6 +1,7 @@
 // C++ emitter: kernel IR stages -> C++ source using xsimd and the microkernel templates.
 #include "kernels/emit_cpp.h"
 
+#include <cctype>
 #include <cmath>
 #include <iomanip>
 #include <limits>
@@ -405,11 +406,18 @@ struct StageEmitter {
       body << "  a.x = " << x << "; a.y = " << y << ";\n";
       body << "  a.threads = ctx ? ctx->threads : 1;\n";
       body << "  const auto& packed = *static_cast<const " << packed << "*>(B[" << st.prepared << "]);\n";
+      // The conv's shape class (kernels/microkernels/conv_nchwc.h): the instantiation holds only
+      // the tile paths these static shapes take.
+      const bool pointwise = G == 1 && ip("KH") == 1 && ip("KW") == 1 && ip("PH") == 0 && ip("PW") == 0 &&
+                             (ip("OH") - 1) * ip("SH") < ip("H") && (ip("OW") - 1) * ip("SW") < ip("W");
+      const std::string cls = std::string("nnfuse::mk::ConvClass{nnfuse::mk::ConvKind::") +
+                              (G > 1 ? "Depthwise" : pointwise ? "Pointwise" : "Spatial") + ", " + std::to_string(K) +
+                              (G > 1 ? ", " + std::to_string(ip("KW")) + ", " + std::to_string(ip("SW")) : std::string()) + "}";
       if (winograd) {
-        body << "  nnfuse::mk::conv2d_nchwc_winograd<nf::A>(a, packed, ep, par);\n";
+        body << "  if (!nnfuse::mk::conv2d_nchwc_winograd<nf::A, " << cls << ">(a, packed, ep, par)) nf::shape_class_error(ctx);\n";
       } else {
         body << "  a.w = packed.w.data();\n";
-        body << "  nnfuse::mk::conv2d_nchwc<nf::A>(a, ep, par);\n";
+        body << "  if (!nnfuse::mk::conv2d_nchwc<nf::A, " << cls << ">(a, ep, par)) nf::shape_class_error(ctx);\n";
       }
     } else if (st.anchor_op == "Pool") {
       body << "  nnfuse::mk::PoolNchwcArgs a;\n";
@@ -452,6 +460,9 @@ struct StageEmitter {
       int64_t as = batch > 1 ? ao[1] - ao[0] : 0, bs = batch > 1 ? bo[1] - bo[0] : 0;
       for (int64_t b = 0; b < batch; ++b)
         if (ao[size_t(b)] != b * as || bo[size_t(b)] != b * bs) affine = false;
+      // The GEMM's shape class (kernels/microkernels/gemm.h): only the row tiles these rows use.
+      const std::string cls_batched = "nnfuse::mk::GemmClass{" + std::to_string(M) + ", " + std::to_string(batch) + "}";
+      const std::string cls_single = "nnfuse::mk::GemmClass{" + std::to_string(M) + ", 1}";
       if (st.prepared >= 0) {
         // B is a weight shared by every batch: packed once by the prepare entry point.
         int64_t b_rs = ip("transB") ? 1 : N, b_cs = ip("transB") ? K : 1;
@@ -461,18 +472,18 @@ struct StageEmitter {
         body << "  const auto& pb = *static_cast<const nnfuse::mk::PackedB<nf::A>*>(B[" << st.prepared << "]);\n";
         if (affine) {
           body << "  g.batch = " << batch << "; g.a_bs = " << as << "; g.c_bs = " << M * N << ";\n";
-          body << "  nnfuse::mk::gemm_packed<nf::A>(g, pb, ep, par);\n";
+          body << "  if (!nnfuse::mk::gemm_packed<nf::A, " << cls_batched << ">(g, pb, ep, par)) nf::shape_class_error(ctx);\n";
         } else {
           body << "  static const int64_t aoff[] = {";
           for (size_t b = 0; b < ao.size(); ++b) body << (b ? "," : "") << ao[b];
           body << "};\n  for (int64_t b = 0; b < " << batch << "; ++b) {\n";
           body << "    g.A = " << in(0) << " + aoff[b]; g.C = " << y << " + b * " << M * N << ";\n";
           body << "    nnfuse::mk::OffsetEpilogue<std::decay_t<decltype(ep)>> oep{ep, b * " << M << ", 0};\n";
-          body << "    nnfuse::mk::gemm_packed<nf::A>(g, pb, oep, par);\n  }\n";
+          body << "    if (!nnfuse::mk::gemm_packed<nf::A, " << cls_single << ">(g, pb, oep, par)) nf::shape_class_error(ctx);\n  }\n";
         }
       } else if (affine) {
         body << "  g.batch = " << batch << "; g.a_bs = " << as << "; g.b_bs = " << bs << "; g.c_bs = " << M * N << ";\n";
-        body << "  nnfuse::mk::gemm<nf::A>(g, ep, par);\n";
+        body << "  if (!nnfuse::mk::gemm<nf::A, " << cls_batched << ">(g, ep, par)) nf::shape_class_error(ctx);\n";
       } else {
         body << "  static const int64_t aoff[] = {";
         for (size_t b = 0; b < ao.size(); ++b) body << (b ? "," : "") << ao[b];
@@ -482,7 +493,7 @@ struct StageEmitter {
         body << "  for (int64_t b = 0; b < " << batch << "; ++b) {\n";
         body << "    g.A = " << in(0) << " + aoff[b]; g.B = " << in(1) << " + boff[b]; g.C = " << y << " + b * " << M * N << ";\n";
         body << "    nnfuse::mk::OffsetEpilogue<std::decay_t<decltype(ep)>> oep{ep, b * " << M << ", 0};\n";
-        body << "    nnfuse::mk::gemm<nf::A>(g, oep, par);\n  }\n";
+        body << "    if (!nnfuse::mk::gemm<nf::A, " << cls_single << ">(g, oep, par)) nf::shape_class_error(ctx);\n  }\n";
       }
     } else if (op == "Conv") {
       body << "  nnfuse::mk::Conv2dArgs a;\n";
@@ -521,10 +532,101 @@ struct StageEmitter {
 
 }  // namespace
 
+namespace {
+
+// A stage's code with its own names taken out: the stage name becomes a placeholder and the
+// buffers it touches are renumbered 0, 1, ... in order of first mention (`bN` variables and
+// `B[N]` reads alike). Two stages with the same normalised code differ only in which buffers they
+// run on (e.g. the twelve layers of a transformer), so one compiled implementation serves both.
+// The code depends on buffers only through those names: constant tables and shapes are in the
+// text, buffer contents are read at run time.
+struct NormalisedStage {
+  std::string code;          // stage name -> "@STAGE@", buffer N -> its slot
+  std::vector<int> buffers;  // slot -> buffer number
+};
+
+constexpr const char* kStagePlaceholder = "@STAGE@";
+
+bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+NormalisedStage normalise_stage(const std::string& code, const std::string& stage_name) {
+  NormalisedStage n;
+  std::map<int, int> slot;
+  auto slot_of = [&](int b) {
+    auto [it, added] = slot.emplace(b, int(n.buffers.size()));
+    if (added) n.buffers.push_back(b);
+    return it->second;
+  };
+  std::string& o = n.code;
+  o.reserve(code.size());
+  for (size_t i = 0; i < code.size();) {
+    const bool at_word = i == 0 || !ident_char(code[i - 1]);
+    // The stage name, where it is (part of) an identifier: nf_<stage>, off_<stage>_3, ct_<stage>_1.
+    if (code.compare(i, stage_name.size(), stage_name) == 0 && (i == 0 || !std::isalnum(static_cast<unsigned char>(code[i - 1]))) &&
+        (i + stage_name.size() == code.size() || !std::isalnum(static_cast<unsigned char>(code[i + stage_name.size()])))) {
+      o += kStagePlaceholder;
+      i += stage_name.size();
+      continue;
+    }
+    // bN (a buffer's variable) or B[N] (a buffer's pointer).
+    const bool var = at_word && code[i] == 'b' && i + 1 < code.size() && std::isdigit(static_cast<unsigned char>(code[i + 1]));
+    const bool ptr = at_word && code.compare(i, 2, "B[") == 0 && i + 2 < code.size() && std::isdigit(static_cast<unsigned char>(code[i + 2]));
+    if (var || ptr) {
+      size_t j = i + (var ? 1 : 2);
+      int b = 0;
+      while (j < code.size() && std::isdigit(static_cast<unsigned char>(code[j]))) b = b * 10 + (code[j++] - '0');
+      if (var ? (j == code.size() || !ident_char(code[j])) : (j < code.size() && code[j] == ']')) {
+        o += var ? "b" + std::to_string(slot_of(b)) : "B[" + std::to_string(slot_of(b));
+        i = j;
+        continue;
+      }
+    }
+    o += code[i++];
+  }
+  return n;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+  return s;
+}
+
+// The entry points of a stage that runs a shared implementation `impl`: each passes the stage's
+// own buffers in slot order.
+std::string shared_stage_wrappers(const Stage& s, const std::string& impl, const NormalisedStage& n) {
+  std::string slots;
+  for (size_t k = 0; k < n.buffers.size(); ++k) slots += (k ? ", B[" : "B[") + std::to_string(n.buffers[k]) + "]";
+  const std::string sym = stage_symbol(s), isym = "nf_" + impl;
+  const std::string local = "  void* const S[] = {" + (slots.empty() ? std::string("nullptr") : slots) + "};\n";
+  std::string o = "extern \"C\" void " + sym + "(const nnfuse_exec_ctx* ctx, void* const* B) {\n" + local + "  " + isym + "(ctx, S);\n}\n";
+  if (n.code.find("nf_" + std::string(kStagePlaceholder) + "_prepare(") != std::string::npos) {
+    o += "extern \"C\" void* " + sym + "_prepare(void* const* B) {\n" + local + "  return " + isym + "_prepare(S);\n}\n";
+    o += "extern \"C\" void " + sym + "_release(void* p) { " + isym + "_release(p); }\n";
+  }
+  return o;
+}
+
+}  // namespace
+
 std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
-  std::vector<const Stage*> gen;
-  for (auto& s : m.stages)
-    if (s.kind != StageKind::Fallback) gen.push_back(&s);
+  // Each stage's code, grouped by its normalised form: a group compiles once.
+  struct Group {
+    std::vector<const Stage*> stages;
+    std::vector<NormalisedStage> forms;
+    std::string code;  // the first stage's code (a group of one is emitted as it is)
+  };
+  std::vector<Group> groups;
+  std::map<std::string, size_t> group_of;
+  for (auto& s : m.stages) {
+    if (s.kind == StageKind::Fallback) continue;
+    StageEmitter se(m, s);
+    std::string code = is_kernel_op_stage(s) ? emit_kernel_op_stage(s) : s.kind == StageKind::Anchor ? se.anchor() : se.elementwise();
+    NormalisedStage n = normalise_stage(code, s.name);
+    auto [it, added] = group_of.emplace(n.code, groups.size());
+    if (added) groups.push_back(Group{{}, {}, std::move(code)});
+    groups[it->second].stages.push_back(&s);
+    groups[it->second].forms.push_back(std::move(n));
+  }
   // Anchors instantiate microkernel templates and cost most to compile.
   auto compile_cost = [](const Stage& s) {
     if (s.kind != StageKind::Anchor) return 1.0;
@@ -535,7 +637,7 @@ std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
   // work: small models compile as one or two units, large ones still spread over max_units.
   constexpr double kMinUnitCost = 4;
   double total_cost = 0;
-  for (const Stage* s : gen) total_cost += compile_cost(*s);
+  for (const Group& g : groups) total_cost += compile_cost(*g.stages[0]);
   int units = std::max(1, std::min<int>(max_units, int(std::ceil(total_cost / kMinUnitCost))));
   std::vector<SourceUnit> out(static_cast<size_t>(units));
   std::vector<double> load(static_cast<size_t>(units), 0.0);
@@ -543,15 +645,26 @@ std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
     out[size_t(u)].name = "unit" + std::to_string(u);
     out[size_t(u)].code = "// Generated by nnfuse: do not edit.\n#include \"gen_support.h\"\n\n";
   }
-  for (const Stage* s : gen) {
-    double cost = compile_cost(*s);
-    size_t u = size_t(std::min_element(load.begin(), load.end()) - load.begin());
-    load[u] += cost;
-    StageEmitter se(m, *s);
-    out[u].code += "// stage " + s->name + " (" + stage_kind_name(s->kind) + (s->anchor_op.empty() ? "" : " " + s->anchor_op) + ")\n";
-    out[u].code += is_kernel_op_stage(*s) ? emit_kernel_op_stage(*s) : s->kind == StageKind::Anchor ? se.anchor() : se.elementwise();
-    out[u].code += "\n";
-    out[u].symbols.push_back(stage_symbol(*s));
+  auto header = [](const Stage& s) {
+    return "// stage " + s.name + " (" + stage_kind_name(s.kind) + (s.anchor_op.empty() ? "" : " " + s.anchor_op) + ")";
+  };
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const Group& g = groups[gi];
+    const size_t u = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+    load[u] += compile_cost(*g.stages[0]);
+    std::string& code = out[u].code;
+    if (g.stages.size() == 1) {
+      code += header(*g.stages[0]) + "\n" + g.code + "\n";
+    } else {
+      const std::string impl = "k" + std::to_string(gi);
+      code += "// kernel " + impl + ": the code of " + std::to_string(g.stages.size()) + " stages, each on its own buffers (slots)\n";
+      code += replace_all(g.forms[0].code, kStagePlaceholder, impl);
+      for (size_t k = 0; k < g.stages.size(); ++k)
+        code += header(*g.stages[k]) + ": kernel " + impl + "\n" + shared_stage_wrappers(*g.stages[k], impl, g.forms[k]);
+      code += "\n";
+    }
+    for (const Stage* s : g.stages) out[u].symbols.push_back(stage_symbol(*s));
+    ++out[u].implementations;
   }
   std::vector<SourceUnit> res;
   for (auto& u : out)

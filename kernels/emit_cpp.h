@@ -14,6 +14,8 @@ struct SourceUnit {
   std::string name;                  // "unit3"
   std::string code;
   std::vector<std::string> symbols;  // entry points defined in it
+  size_t implementations = 0;        // stage implementations compiled in it (stages with the same
+                                     // code but for their buffers share one)
 };
 
 std::string stage_symbol(const Stage& s);
@@ -26,7 +28,9 @@ std::string emit_prepare_release(const Stage& s, const std::string& type, const 
 
 // Emits the generated stages of a module (Fallback stages have no code) into at most `max_units`
 // translation units (stages are spread by estimated compile cost; fewer units when the total cost
-// is small, since each unit has a fixed compile price).
+// is small, since each unit has a fixed compile price). Stages whose code differs only in the
+// buffers they touch (a transformer's layers, a CNN's repeated blocks) share one implementation,
+// which their entry points call with their own buffers.
 std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units);
 
 }  // namespace nnfuse

@@ -154,10 +154,16 @@ inline V ldw(const float* p, const ColWindows& w, const int32_t* col, int64_t c)
 inline int64_t wrap_index(const nnfuse_exec_ctx* ctx, int64_t i, int64_t n) {
   if (i < 0) i += n;
   if (i < 0 || i >= n) {
-    if (ctx && ctx->status) __atomic_store_n(ctx->status, 1, __ATOMIC_RELAXED);
+    if (ctx && ctx->status) __atomic_store_n(ctx->status, NNFUSE_STATUS_INDEX_OUT_OF_RANGE, __ATOMIC_RELAXED);
     return 0;
   }
   return i;
+}
+
+// A kernel compiled for a shape class (mk::ConvClass) was called outside it: reported like a bad
+// index, the output is left unwritten.
+inline void shape_class_error(const nnfuse_exec_ctx* ctx) {
+  if (ctx && ctx->status) __atomic_store_n(ctx->status, NNFUSE_STATUS_SHAPE_CLASS, __ATOMIC_RELAXED);
 }
 
 template <class V, class M>

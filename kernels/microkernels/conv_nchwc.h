@@ -31,6 +31,42 @@ struct ConvNchwcArgs {
   int64_t threads = 1;       // workers of the par-for: how finely to split (results never depend on it)
 };
 
+// What the code generator knows about a convolution when it emits the call. An instantiation
+// compiles only the paths its class can take: a dense conv has up to four register-blocked task
+// shapes (output channel blocks per task), each with a checked and an unchecked tile, and a
+// pointwise or a spatial tile body; compiling every combination for every fused epilogue was most
+// of a CNN's build time (docs/codegen.md, "Compile time"). The default (Any, K = 0) compiles them
+// all. A call whose arguments fall outside its class computes nothing and returns false
+// (conv2d_nchwc); the generator only emits classes that its static shapes satisfy.
+enum class ConvKind : int {
+  Any,        // every path
+  Pointwise,  // dense 1x1, no padding, every output pixel's tap inside the input (any stride)
+  Spatial,    // dense, any kernel size and padding (not Pointwise)
+  Depthwise,  // group == C == K
+};
+struct ConvClass {
+  ConvKind kind = ConvKind::Any;
+  int64_t K = 0;   // output channels, 0 = any
+  int64_t kw = 0;  // kernel width, 0 = any (depthwise: which fixed-width row kernel to compile)
+  int64_t sw = 0;  // column stride, 0 = any
+};
+
+// Whether arguments `a` belong to class `cc`.
+inline bool conv_pointwise_geometry(const ConvNchwcArgs& a) {
+  return a.KH == 1 && a.KW == 1 && a.pad_top == 0 && a.pad_left == 0 && (a.OH - 1) * a.stride_h < a.H &&
+         (a.OW - 1) * a.stride_w < a.W;
+}
+inline bool conv_class_admits(const ConvClass& cc, const ConvNchwcArgs& a) {
+  if ((cc.K != 0 && cc.K != a.K) || (cc.kw != 0 && cc.kw != a.KW) || (cc.sw != 0 && cc.sw != a.stride_w)) return false;
+  switch (cc.kind) {
+    case ConvKind::Any: return true;
+    case ConvKind::Pointwise: return !a.depthwise && conv_pointwise_geometry(a);
+    case ConvKind::Spatial: return !a.depthwise;
+    case ConvKind::Depthwise: return a.depthwise;
+  }
+  return false;
+}
+
 // Weights [K, Cg, KH, KW] (Cg = C, or 1 for depthwise) -> [Kb, Cg, KH, KW, L], zero padded.
 inline int64_t conv_nchwc_packed_size(int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L) {
   return nchwc_blocks(K, L) * Cg * KH * KW * L;
@@ -138,18 +174,24 @@ inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInp
 // tile), over input channels [c0, c1).
 // Check: some taps of these pixels fall in the padding, or fewer than UR pixels (nu) remain.
 // first: start from zero (else from the partial sums in y); last: apply ep.
-template <class Arch, int OCB, int UR, bool Check, class Ep>
+// A Pointwise class runs every tile on the 1x1 channel loop, short ones too (their missing pixels
+// repeat the last one and are not stored), in one instantiation (Check false: a pointwise tile
+// has no taps to check, and the pixel count nu is tested at run time), and compiles no general
+// tap loop; a Spatial or Depthwise class compiles no 1x1 loop.
+template <class Arch, ConvClass CC, int OCB, int UR, bool Check, class Ep>
 NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, const float* w, int64_t wstride, float* y,
                             int64_t ystride, int64_t n, int64_t row0, int64_t oh, int64_t ow, int64_t nu, int64_t c0, int64_t c1,
                             bool first, bool last, const Ep& ep) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
+  constexpr bool pointwise = CC.kind == ConvKind::Pointwise, may_pointwise = pointwise || CC.kind == ConvKind::Any;
+  constexpr bool short_tile = Check || pointwise;  // nu < UR possible
   const int64_t q0 = oh * g.OW + ow;
   V acc[OCB][UR];
   float* yp = y + q0 * L;
   for (int o = 0; o < OCB; ++o)
     for (int u = 0; u < UR; ++u)
-      acc[o][u] = (first || (Check && u >= nu)) ? V(0.f) : V::load_unaligned(yp + o * ystride + u * L);
+      acc[o][u] = (first || (short_tile && u >= nu)) ? V(0.f) : V::load_unaligned(yp + o * ystride + u * L);
   // Per pixel: the input coordinate of its first tap and that tap's offset from a channel's start
   // (pixels past nu repeat the last one; they are never stored). Only a tile that crosses a row
   // needs the table; within a row, pixel u is u steps on.
@@ -163,21 +205,23 @@ NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, con
     }
   };
   const int64_t taps = g.KH * g.KW;
-  if (!Check && taps == 1) {
-    // 1x1: one tap per input channel, so walk the channels with pointer steps (within a block:
-    // the next lane; between blocks: the next block plane) and keep the loop to the FMAs.
-    // Within a row pixel u reads u steps on; across a row change, at its own offset.
-    if (one_row) {
-      const int64_t base = (oh * g.sh - g.pt) * in.sh + (ow * g.sw - g.pl) * in.sw, step = g.sw * in.sw;
-      for (int u = 0; u < UR; ++u) off[u] = base + u * step;
-      conv_nchwc_1x1_channels<Arch, OCB, UR, true>(acc, in, n, c0, c1, w + c0 * L, wstride, off);
-    } else {
-      fill();
-      conv_nchwc_1x1_channels<Arch, OCB, UR, false>(acc, in, n, c0, c1, w + c0 * L, wstride, off);
+  if constexpr (may_pointwise) {
+    if (pointwise || (!Check && taps == 1)) {
+      // 1x1: one tap per input channel, so walk the channels with pointer steps (within a block:
+      // the next lane; between blocks: the next block plane) and keep the loop to the FMAs.
+      // Within a row pixel u reads u steps on; across a row change, at its own offset.
+      if (one_row && nu == UR) {
+        const int64_t base = (oh * g.sh - g.pt) * in.sh + (ow * g.sw - g.pl) * in.sw, step = g.sw * in.sw;
+        for (int u = 0; u < UR; ++u) off[u] = base + u * step;
+        conv_nchwc_1x1_channels<Arch, OCB, UR, true>(acc, in, n, c0, c1, w + c0 * L, wstride, off);
+      } else {
+        fill();
+        conv_nchwc_1x1_channels<Arch, OCB, UR, false>(acc, in, n, c0, c1, w + c0 * L, wstride, off);
+      }
+      c1 = c0;  // done: skip the general loop
     }
-    c1 = c0;  // done: skip the general loop
   }
-  if (c0 < c1) {
+  if (!pointwise && c0 < c1) {
     fill();
     // Kernel rows inside the input for at least one pixel: from the last row's first to the first
     // row's last (both bounds fall as the output row grows).
@@ -211,10 +255,28 @@ NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, con
   }
   for (int o = 0; o < OCB; ++o)
     for (int u = 0; u < UR; ++u) {
-      if (Check && u >= nu) break;
+      if (short_tile && u >= nu) break;
       const V r = last ? ep(acc[o][u], row0 + o, (q0 + u) * L) : acc[o][u];
       r.store_unaligned(yp + o * ystride + u * L);
     }
+}
+
+// Output channel blocks per dense task (the register tile's height): 2 with AVX2's 16 vector
+// registers, 4 with 32 (AVX-512, NEON).
+template <class Arch>
+constexpr int conv_nchwc_ocbmax() {
+  return vfloat<Arch>::size == 8 ? 2 : 4;
+}
+
+// Whether a dense task of `ocb` output blocks occurs in class CC: tasks take conv_nchwc_ocbmax
+// blocks, the last one of a channel range what is left.
+template <class Arch, ConvClass CC>
+constexpr bool conv_nchwc_task_used(int ocb) {
+  constexpr int64_t L = int64_t(vfloat<Arch>::size);
+  constexpr int ocbmax = conv_nchwc_ocbmax<Arch>();
+  if (CC.K == 0) return ocb <= ocbmax;
+  const int64_t Kb = (CC.K + L - 1) / L;
+  return ocb == ocbmax ? Kb >= ocbmax : ocb == Kb % ocbmax;
 }
 
 // Accumulators per pixel for OCB output blocks: all vector registers but the weights and the
@@ -235,7 +297,7 @@ inline bool conv_pixel_interior(const ConvGeom& g, int64_t oh, int64_t ow) {
 // One task: output blocks [kb0, kb0 + OCB) of image n, pixels [q0, q1) of the flattened plane. The
 // input-channel chunk is the outer loop, so its weight panel comes from memory once per task and
 // from L2 for every tile after the first.
-template <class Arch, int OCB, class Ep>
+template <class Arch, ConvClass CC, int OCB, class Ep>
 inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cchunk, int64_t n,
                             int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
   constexpr int UR = conv_nchwc_ur<Arch, OCB>();
@@ -249,28 +311,45 @@ inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const Nch
     const bool first = c0 == 0, last = c1 == a.C;
     for (int64_t q = q0, oh = q0 / g.OW, ow = q0 % g.OW; q < q1; q += UR) {
       const int64_t nu = std::min<int64_t>(UR, q1 - q);
-      // Interior: UR pixels whose taps all lie inside the input (the first and last pixel decide
-      // within a row).
-      bool interior = nu == UR;
-      if (interior && ow + UR <= g.OW)
-        interior = conv_pixel_interior(g, oh, ow) && conv_pixel_interior(g, oh, ow + UR - 1);
-      else
-        for (int64_t u = 0, h = oh, c = ow; interior && u < UR; ++u, c = c + 1 == g.OW ? 0 : c + 1, h += c == 0)
-          interior = conv_pixel_interior(g, h, c);
-      if (interior)
-        conv_nchwc_tile<Arch, OCB, UR, false>(g, in, w, wstride, y, ystride, n, n * Kb + kb0, oh, ow, nu, c0, c1, first, last, ep);
-      else
-        conv_nchwc_tile<Arch, OCB, UR, true>(g, in, w, wstride, y, ystride, n, n * Kb + kb0, oh, ow, nu, c0, c1, first, last, ep);
+      const int64_t row0 = n * Kb + kb0;
+      if constexpr (CC.kind == ConvKind::Pointwise) {  // every tap inside: one tile for all
+        conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, wstride, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
+      } else {
+        // Interior: UR pixels whose taps all lie inside the input (the first and last pixel
+        // decide within a row).
+        bool interior = nu == UR;
+        if (interior && ow + UR <= g.OW)
+          interior = conv_pixel_interior(g, oh, ow) && conv_pixel_interior(g, oh, ow + UR - 1);
+        else
+          for (int64_t u = 0, h = oh, c = ow; interior && u < UR; ++u, c = c + 1 == g.OW ? 0 : c + 1, h += c == 0)
+            interior = conv_pixel_interior(g, h, c);
+        if (interior)
+          conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, wstride, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
+        else
+          conv_nchwc_tile<Arch, CC, OCB, UR, true>(g, in, w, wstride, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
+      }
       ow += UR;
       if (ow >= g.OW) oh += ow / g.OW, ow %= g.OW;
     }
   }
 }
 
-template <class Arch, class Ep, class ParFor>
+// Runs the task of `ocb` output blocks, where class CC has that task shape (see
+// conv_nchwc_task_used; the others are not compiled).
+template <class Arch, ConvClass CC, int OCB = conv_nchwc_ocbmax<Arch>(), class Ep>
+inline void conv_nchwc_task_of(int64_t ocb, const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cchunk,
+                               int64_t n, int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
+  if constexpr (OCB >= 1) {
+    if constexpr (conv_nchwc_task_used<Arch, CC>(OCB))
+      if (ocb == OCB) return conv_nchwc_task<Arch, CC, OCB>(a, g, in, cchunk, n, kb0, q0, q1, ep);
+    conv_nchwc_task_of<Arch, CC, OCB - 1>(ocb, a, g, in, cchunk, n, kb0, q0, q1, ep);
+  }
+}
+
+template <class Arch, ConvClass CC, class Ep, class ParFor>
 void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
-  constexpr int OCBMAX = vfloat<Arch>::size == 8 ? 2 : 4;
+  constexpr int OCBMAX = conv_nchwc_ocbmax<Arch>();
   constexpr int64_t UR = conv_nchwc_ur<Arch, OCBMAX>();
   const int64_t Kb = nchwc_blocks(a.K, L);
   ConvGeom g{a.H, a.W, a.OH, a.OW, a.KH, a.KW, a.stride_h, a.stride_w, a.pad_top, a.pad_left, a.dil_h, a.dil_w};
@@ -330,12 +409,7 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t s = t % nseg, kg = (t / nseg) % kgroups, n = t / (nseg * kgroups);
       const int64_t kb0 = kg * OCBMAX, q0 = s * qseg, q1 = std::min(P, q0 + qseg);
-      switch (std::min<int64_t>(OCBMAX, Kb - kb0)) {
-        case 4: if constexpr (OCBMAX >= 4) conv_nchwc_task<Arch, 4>(a, g, in, cchunk, n, kb0, q0, q1, ep); break;
-        case 3: if constexpr (OCBMAX >= 3) conv_nchwc_task<Arch, 3>(a, g, in, cchunk, n, kb0, q0, q1, ep); break;
-        case 2: conv_nchwc_task<Arch, 2>(a, g, in, cchunk, n, kb0, q0, q1, ep); break;
-        default: conv_nchwc_task<Arch, 1>(a, g, in, cchunk, n, kb0, q0, q1, ep); break;
-      }
+      conv_nchwc_task_of<Arch, CC>(std::min<int64_t>(OCBMAX, Kb - kb0), a, g, in, cchunk, n, kb0, q0, q1, ep);
     }
   });
 }
@@ -432,7 +506,13 @@ void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParF
   });
 }
 
-template <class Arch, class Ep, class ParFor>
+// Whether class CC can take the fixed-width depthwise kernel for kernel width KW (stride 1).
+template <ConvClass CC>
+constexpr bool dw_fixed_used(int64_t KW) {
+  return (CC.kw == 0 || CC.kw == KW) && (CC.sw == 0 || CC.sw == 1);
+}
+
+template <class Arch, ConvClass CC, class Ep, class ParFor>
 void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   constexpr int UR = vfloat<Arch>::size == 8 ? 8 : 12;
@@ -442,8 +522,10 @@ void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& pa
   // 1.6x on 14x14 and 7x7 5x5 layers; 0.7-0.9x on 112-wide and stride-2 layers).
   const int64_t in_lo = a.pad_left, in_hi = a.W - (a.KW - 1) + a.pad_left;  // stride 1, dilation 1
   if (a.stride_w == 1 && a.dil_w == 1 && in_hi - in_lo < UR) {
-    if (a.KW == 3) return conv_nchwc_depthwise_fixed<Arch, 3, 1>(a, ep, par);
-    if (a.KW == 5) return conv_nchwc_depthwise_fixed<Arch, 5, 1>(a, ep, par);
+    if constexpr (dw_fixed_used<CC>(3))
+      if (a.KW == 3) return conv_nchwc_depthwise_fixed<Arch, 3, 1>(a, ep, par);
+    if constexpr (dw_fixed_used<CC>(5))
+      if (a.KW == 5) return conv_nchwc_depthwise_fixed<Arch, 5, 1>(a, ep, par);
   }
   const int64_t Cb = nchwc_blocks(a.C, L);
   par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
@@ -465,11 +547,15 @@ void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& pa
 }  // namespace detail
 
 // y = ep(conv(x, w)) in NCHW<L>c (L = vfloat<Arch>::size); bias and activations are epilogue.
-template <class Arch, class Ep = IdentityEpilogue, class ParFor = SerialFor>
-void conv2d_nchwc(const ConvNchwcArgs& a, const Ep& ep = {}, const ParFor& par = {}) {
-  if (a.N <= 0 || a.K <= 0 || a.OH <= 0 || a.OW <= 0) return;
-  if (a.depthwise) detail::conv_nchwc_depthwise<Arch>(a, ep, par);
-  else detail::conv_nchwc_dense<Arch>(a, ep, par);
+// Compiles the paths of class CC only; returns false, computing nothing, for arguments outside it.
+template <class Arch, ConvClass CC = ConvClass{}, class Ep = IdentityEpilogue, class ParFor = SerialFor>
+bool conv2d_nchwc(const ConvNchwcArgs& a, const Ep& ep = {}, const ParFor& par = {}) {
+  if (!conv_class_admits(CC, a)) return false;
+  if (a.N <= 0 || a.K <= 0 || a.OH <= 0 || a.OW <= 0) return true;
+  if constexpr (CC.kind == ConvKind::Depthwise || CC.kind == ConvKind::Any)
+    if (a.depthwise) return detail::conv_nchwc_depthwise<Arch, CC>(a, ep, par), true;
+  if constexpr (CC.kind != ConvKind::Depthwise) detail::conv_nchwc_dense<Arch, CC>(a, ep, par);
+  return true;
 }
 
 struct PoolNchwcArgs {

@@ -230,13 +230,16 @@ inline void wino_output_row(const ConvNchwcArgs& a, const WinogradGeom& wg, int6
 }  // namespace detail
 
 // y = ep(conv(x, w)) for a convolution conv_winograd_applicable() accepts, w packed by
-// PackedConvWinogradM<M> (same K, C, L). Same (row, col) epilogue space as conv2d_nchwc.
-template <class Arch, int M, class Ep = IdentityEpilogue, class ParFor = SerialFor>
-void conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>& pw, const Ep& ep = {}, const ParFor& par = {}) {
+// PackedConvWinogradM<M> (same K, C, L). Same (row, col) epilogue space as conv2d_nchwc. Only
+// CC.K of the class matters (the products are pointwise convolutions with K output channels);
+// returns false, computing nothing, for a K outside it.
+template <class Arch, ConvClass CC = ConvClass{}, int M, class Ep = IdentityEpilogue, class ParFor = SerialFor>
+bool conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>& pw, const Ep& ep = {}, const ParFor& par = {}) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
   constexpr int P = WinogradTile<M>::P;
-  if (a.N <= 0 || a.K <= 0 || a.OH <= 0 || a.OW <= 0) return;
+  if (CC.K != 0 && CC.K != a.K) return false;
+  if (a.N <= 0 || a.K <= 0 || a.OH <= 0 || a.OW <= 0) return true;
   const detail::WinogradGeom wg = detail::winograd_geom(a, M);
   const int64_t Cb = nchwc_blocks(a.C, L), Kb = nchwc_blocks(a.K, L);
   const int64_t vslice = Cb * wg.T * L, mslice = Kb * wg.T * L;
@@ -253,7 +256,7 @@ void conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>&
   });
 
   // 2. P products, each a 1x1 NCHWc convolution over the T tiles (one image, one row of T).
-  constexpr int OCBMAX = V::size == 8 ? 2 : 4;
+  constexpr int OCBMAX = detail::conv_nchwc_ocbmax<Arch>();
   constexpr int64_t UR = detail::conv_nchwc_ur<Arch, OCBMAX>();
   const int64_t kgroups = ceil_div(Kb, int64_t(OCBMAX));
   const detail::ConvGeom g1{1, wg.T, 1, wg.T, 1, 1, 1, 1, 0, 0, 1, 1};
@@ -272,12 +275,8 @@ void conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>&
       const detail::NchwcInput vin(Vt + xi * vslice, true, 1, a.C, 1, wg.T, L);
       const int64_t kb0 = kg * OCBMAX, q0 = s * qseg, q1 = std::min(wg.T, q0 + qseg);
       const IdentityEpilogue id;
-      switch (std::min<int64_t>(OCBMAX, Kb - kb0)) {
-        case 4: if constexpr (OCBMAX >= 4) detail::conv_nchwc_task<Arch, 4>(b, g1, vin, cchunk, 0, kb0, q0, q1, id); break;
-        case 3: if constexpr (OCBMAX >= 3) detail::conv_nchwc_task<Arch, 3>(b, g1, vin, cchunk, 0, kb0, q0, q1, id); break;
-        case 2: detail::conv_nchwc_task<Arch, 2>(b, g1, vin, cchunk, 0, kb0, q0, q1, id); break;
-        default: detail::conv_nchwc_task<Arch, 1>(b, g1, vin, cchunk, 0, kb0, q0, q1, id); break;
-      }
+      constexpr ConvClass products{ConvKind::Pointwise, CC.K};
+      detail::conv_nchwc_task_of<Arch, products>(std::min<int64_t>(OCBMAX, Kb - kb0), b, g1, vin, cchunk, 0, kb0, q0, q1, id);
     }
   });
 
@@ -288,6 +287,7 @@ void conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>&
       detail::wino_output_row<Arch, M>(a, wg, n, kb, th, Mt, mslice, ep);
     }
   });
+  return true;
 }
 
 }  // namespace nnfuse::mk

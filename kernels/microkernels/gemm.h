@@ -42,6 +42,16 @@ struct KBlocking {
   int64_t size(int64_t kb, int64_t K) const { return std::max<int64_t>(0, std::min(K - kb * kc, kc)); }
 };
 
+// What the code generator knows about a GEMM when it emits the call: its rows M and batch (0 =
+// any). An instantiation compiles only the microkernel row counts that M (and M x batch, once
+// batches fold into rows) leave for the full and the last row tile, and the matrix-vector path only
+// where M can be 1; compiling all of them for every fused epilogue was most of a transformer's
+// build time. gemm() and gemm_packed() return false, computing nothing, for arguments outside the
+// class; the generator only emits classes that its static shapes satisfy.
+struct GemmClass {
+  int64_t M = 0, batch = 0;
+};
+
 struct GemmArgs {
   int64_t M = 0, N = 0, K = 0;
   const float* A = nullptr;
@@ -162,7 +172,8 @@ inline void pack_b_panel(const float* B, int64_t b_rs, int64_t b_cs, int64_t k0,
 // zero padding to read), and their sums are never stored.
 // Bpf, when not null, is memory to prefetch into L2 alongside (see kloop): part or all of the
 // next B panel.
-template <class Arch, int MR, int NB, class Ep, int ROWS = MR>
+// Prefetch: whether Bpf can be non-null (B prepacked); without, only the plain k loop is compiled.
+template <class Arch, int MR, int NB, class Ep, int ROWS = MR, bool Prefetch = true>
 inline void gemm_micro(int64_t kc, const float* Ap, int64_t a_rs, int64_t a_ks, const float* __restrict Bp,
                        const float* Bpf, int64_t npf, float* C, int64_t ldc, int64_t mr, int64_t nr, bool first, bool last,
                        float alpha, int64_t row0, int64_t col0, const Ep& ep) {
@@ -201,7 +212,7 @@ inline void gemm_micro(int64_t kc, const float* Ap, int64_t a_rs, int64_t a_ks, 
       }
     }
   };
-  if (!Bpf || npf == 0)
+  if (!Prefetch || !Bpf || npf == 0)
     kloop(std::integral_constant<int, 0>{});
   else if (npf > 0)
     kloop(std::integral_constant<int, 1>{});
@@ -272,7 +283,32 @@ struct StridedASource {
 // One parallel task per (batch, MC x NT tile of C), all of K inside the task: the task packs its
 // A block and B strip per K block into thread-local buffers that stay in L2 (packing everything
 // up front into shared buffers spilled them to L3 for large N and halved the speed).
-template <class Arch, class ASrc, class BSrc, class CPtr, class Ep, class ParFor>
+// The microkernel row count (ROWS) that a row tile of mr rows runs with.
+template <int MR>
+constexpr int gemm_micro_rows(int64_t mr) {
+  return mr == 1 ? 1 : mr == 2 ? 2 : (mr <= 4 && MR > 4) ? 4 : MR;
+}
+
+// Whether class GC has a row tile that runs with `rows` (see GemmClass).
+template <class Arch, GemmClass GC>
+constexpr bool gemm_rows_used(int rows) {
+  constexpr int MR = GemmTile<Arch>::MR;
+  if (GC.M == 0) return true;
+  auto used_by = [&](int64_t m) { return (m >= MR && rows == MR) || (m % MR != 0 && gemm_micro_rows<MR>(m % MR) == rows); };
+  return used_by(GC.M) || (GC.batch > 1 && used_by(GC.M * GC.batch));
+}
+
+template <class Arch, GemmClass GC>
+constexpr bool gemm_may_gemv() {
+  return GC.M == 0 || GC.M == 1;
+}
+
+template <GemmClass GC>
+inline bool gemm_class_admits(const GemmArgs& g) {
+  return GC.M == 0 || (g.M == GC.M && g.batch == GC.batch);
+}
+
+template <class Arch, class ASrc, class BSrc, class CPtr, class Ep, class ParFor, GemmClass GC = GemmClass{}>
 void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const ASrc& asrc, const BSrc& bsrc,
                  const CPtr& cptr, int64_t ldc, float alpha, const Ep& ep, const ParFor& par) {
   using T = GemmTile<Arch>;
@@ -344,15 +380,18 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const ASrc& asr
             const float* Ap = a_in_place ? asrc.at(b, m0, k0) : Apk + (m0 - m_begin) * kc;
             float* Cp = Cb + m0 * ldc + n0;
             const int64_t row0 = b * M + m0;
-            if (mr == 1)
-              gemm_micro<Arch, MR, T::NB, Ep, 1>(kc, Ap, a_rs, a_ks, Bp, Bpf, npf, Cp, ldc, mr, nr, first, last, alpha, row0, n0, ep);
-            else if (mr == 2)
-              gemm_micro<Arch, MR, T::NB, Ep, 2>(kc, Ap, a_rs, a_ks, Bp, Bpf, npf, Cp, ldc, mr, nr, first, last, alpha, row0, n0, ep);
-            else if (mr <= 4 && MR > 4)
-              gemm_micro<Arch, MR, T::NB, Ep, (MR > 4 ? 4 : MR)>(kc, Ap, a_rs, a_ks, Bp, Bpf, npf, Cp, ldc, mr, nr, first, last,
-                                                                 alpha, row0, n0, ep);
-            else
-              gemm_micro<Arch, MR, T::NB>(kc, Ap, a_rs, a_ks, Bp, Bpf, npf, Cp, ldc, mr, nr, first, last, alpha, row0, n0, ep);
+            auto micro = [&](auto rows) {
+              constexpr int R = decltype(rows)::value;
+              if constexpr (gemm_rows_used<Arch, GC>(R))
+                gemm_micro<Arch, MR, T::NB, Ep, R, b_prepacked>(kc, Ap, a_rs, a_ks, Bp, Bpf, npf, Cp, ldc, mr, nr, first, last, alpha,
+                                                                row0, n0, ep);
+            };
+            switch (gemm_micro_rows<MR>(mr)) {
+              case 1: micro(std::integral_constant<int, 1>{}); break;
+              case 2: micro(std::integral_constant<int, 2>{}); break;
+              case 4: if constexpr (MR > 4) micro(std::integral_constant<int, (MR > 4 ? 4 : MR)>{}); break;
+              default: micro(std::integral_constant<int, MR>{}); break;
+            }
           }
         }
       }
@@ -485,32 +524,40 @@ inline GemmArgs fold_batch_into_rows(GemmArgs g) {
 
 }  // namespace detail
 
-template <class Arch, class Ep = IdentityEpilogue, class ParFor = SerialFor, class ProA = IdentityPrologue,
-          class ProB = IdentityPrologue>
-void gemm(const GemmArgs& g_in, const Ep& ep = {}, const ParFor& par = {}, const ProA& pro_a = {},
-          const ProB& pro_b = {}) {
+// Compiles the paths of class GC only (see GemmClass); returns false, computing nothing, for
+// arguments outside it.
+template <class Arch, GemmClass GC = GemmClass{}, class Ep = IdentityEpilogue, class ParFor = SerialFor,
+          class ProA = IdentityPrologue, class ProB = IdentityPrologue>
+bool gemm(const GemmArgs& g_in, const Ep& ep = {}, const ParFor& par = {}, const ProA& pro_a = {}, const ProB& pro_b = {}) {
   using T = GemmTile<Arch>;
+  if (!detail::gemm_class_admits<GC>(g_in)) return false;
   // B's prologue sees (b*K + k, n): only an identity one allows folding batches into rows.
   const GemmArgs g = detail::is_identity_v<ProB> ? detail::fold_batch_into_rows(g_in) : g_in;
-  if (g.M == 1 && g.N > 0 && (g.b_cs == 1 || g.b_rs == 1)) return detail::gemv_row<Arch>(g, ep, par, pro_a, pro_b);
+  if constexpr (detail::gemm_may_gemv<Arch, GC>())
+    if (g.M == 1 && g.N > 0 && (g.b_cs == 1 || g.b_rs == 1)) return detail::gemv_row<Arch>(g, ep, par, pro_a, pro_b), true;
   detail::StridedASource<T::MR, ProA> apack{g.A, g.a_rs, g.a_cs, g.a_bs, g.M, pro_a};
   detail::StridedBSource<Arch, ProB> bsrc{g.B, g.b_rs, g.b_cs, g.b_bs, g.K, pro_b};
   auto cptr = [&](int64_t b) { return g.C + b * g.c_bs; };
-  detail::gemm_driver<Arch>(g.batch, g.M, g.N, g.K, apack, bsrc, cptr, g.ldc, g.alpha, ep, par);
+  detail::gemm_driver<Arch, decltype(apack), decltype(bsrc), decltype(cptr), Ep, ParFor, GC>(g.batch, g.M, g.N, g.K, apack, bsrc, cptr,
+                                                                                            g.ldc, g.alpha, ep, par);
+  return true;
 }
 
 // As gemm() with B taken from a PackedB (g.B, b_rs, b_cs, b_bs ignored; pb.K() == g.K and
 // pb.N() == g.N required); the same B for every batch.
-template <class Arch, class Ep = IdentityEpilogue, class ParFor = SerialFor, class ProA = IdentityPrologue>
-void gemm_packed(const GemmArgs& g_in, const PackedB<Arch>& pb, const Ep& ep = {}, const ParFor& par = {},
-                 const ProA& pro_a = {}) {
+template <class Arch, GemmClass GC = GemmClass{}, class Ep = IdentityEpilogue, class ParFor = SerialFor,
+          class ProA = IdentityPrologue>
+bool gemm_packed(const GemmArgs& g_in, const PackedB<Arch>& pb, const Ep& ep = {}, const ParFor& par = {}, const ProA& pro_a = {}) {
   using T = GemmTile<Arch>;
+  if (!detail::gemm_class_admits<GC>(g_in)) return false;
   GemmArgs g0 = g_in;
   g0.b_bs = 0;  // one PackedB serves every batch
   const GemmArgs g = detail::fold_batch_into_rows(g0);
   detail::StridedASource<T::MR, ProA> apack{g.A, g.a_rs, g.a_cs, g.a_bs, g.M, pro_a};
   auto cptr = [&](int64_t b) { return g.C + b * g.c_bs; };
-  detail::gemm_driver<Arch>(g.batch, g.M, g.N, g.K, apack, pb, cptr, g.ldc, g.alpha, ep, par);
+  detail::gemm_driver<Arch, decltype(apack), PackedB<Arch>, decltype(cptr), Ep, ParFor, GC>(g.batch, g.M, g.N, g.K, apack, pb, cptr,
+                                                                                            g.ldc, g.alpha, ep, par);
+  return true;
 }
 
 }  // namespace nnfuse::mk

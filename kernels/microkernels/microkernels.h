@@ -102,8 +102,10 @@
 // conv2d_nchwc<Arch>(ConvNchwcArgs, ep, par)  group 1 (input NCHW<L>c or plain NCHW) or depthwise
 //   (group == C == K, blocked input); weights packed by pack_conv_nchwc_weights to [Kb, Cg, KH, KW, L];
 //   register-blocked over up to 4 output blocks x UR pixels; a 1x1/stride-1/unpadded conv walks the
-//   plane as one row.
-// conv2d_nchwc_winograd<Arch>(ConvNchwcArgs, PackedConvWinograd, ep, par)  (conv_winograd.h)
+//   plane as one row. conv2d_nchwc<Arch, ConvClass{kind, K, kw, sw}> compiles only the paths of
+//   that class (Pointwise / Spatial / Depthwise, output channels K, kernel width and column stride)
+//   and returns false for arguments outside it.
+// conv2d_nchwc_winograd<Arch[, ConvClass]>(ConvNchwcArgs, PackedConvWinograd, ep, par)  (conv_winograd.h)
 //   Winograd F(4x4, 3x3) for dense 3x3 stride-1 undilated convs (conv_winograd_applicable), any
 //   padding, blocked or plain input; weights transformed by PackedConvWinograd::pack to
 //   [36][Kb][C][L]; same ep space as conv2d_nchwc; within ~1e-5 of the direct result relative to

@@ -78,6 +78,19 @@ struct BiasRelu {  // ep: relu(v + bias[row % n])
   float operator()(float v, int64_t r, int64_t) const { return std::max(v + bias[r % n], 0.f); }
 };
 
+// gemm through the instantiation the generator emits for M rows (GemmClass{M, 1}), for the M of
+// gemm_cases.
+template <class Arch, class Ep>
+bool gemm_in_class(int64_t M, const mk::GemmArgs& g, const Ep& ep) {
+  switch (M) {
+    case 1: return mk::gemm<Arch, mk::GemmClass{1, 1}>(g, ep);
+    case 7: return mk::gemm<Arch, mk::GemmClass{7, 1}>(g, ep);
+    case 17: return mk::gemm<Arch, mk::GemmClass{17, 1}>(g, ep);
+    case 29: return mk::gemm<Arch, mk::GemmClass{29, 1}>(g, ep);
+    default: return false;
+  }
+}
+
 template <class Arch>
 void gemm_cases(Checker& ck) {
   for (int64_t M : {1, 7, 17, 29})
@@ -103,7 +116,32 @@ void gemm_cases(Checker& ck) {
           std::string what = "gemm M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K) + " t" + std::to_string(t);
           ck.close(what.c_str(), s, want);
           ck.same(what.c_str(), s, p);
+          // The instantiation for this M's shape class (the row tiles M leaves) computes the same.
+          std::vector<float> c(size_t(M * N), -7.f);
+          g.C = c.data();
+          if (!gemm_in_class<Arch>(M, g, BiasRelu<Arch>{bias.data(), M})) std::printf("FAIL %s: refused by its class\n", what.c_str()), ++ck.failures;
+          ck.same((what + " class").c_str(), s, c);
         }
+  // Batches folded into rows (M x batch rows) and a class refusing other rows: a [3 x 7] batch of
+  // 7-row GEMMs sharing B runs as one of 21 rows.
+  for (int64_t batch : {1, 3}) {
+    const int64_t M = 7, N = 33, K = 17;
+    auto A = rnd(size_t(batch * M * K), 61), B = rnd(size_t(K * N), 62), bias = rnd(size_t(batch * M), 63);
+    std::vector<float> s(size_t(batch * M * N)), c(size_t(batch * M * N), -7.f);
+    auto g = mk::GemmArgs::matmul(M, N, K, A.data(), false, B.data(), false, s.data());
+    g.batch = batch, g.a_bs = M * K, g.c_bs = M * N;
+    mk::gemm<Arch>(g, BiasRelu<Arch>{bias.data(), batch * M});
+    g.C = c.data();
+    const bool ran = batch == 1 ? mk::gemm<Arch, mk::GemmClass{7, 1}>(g, BiasRelu<Arch>{bias.data(), M})
+                                : mk::gemm<Arch, mk::GemmClass{7, 3}>(g, BiasRelu<Arch>{bias.data(), batch * M});
+    const std::string what = "gemm class M7 batch " + std::to_string(batch);
+    if (!ran) std::printf("FAIL %s: refused by its class\n", what.c_str()), ++ck.failures;
+    ck.same(what.c_str(), s, c);
+    std::vector<float> untouched(c.size(), -7.f);
+    c.assign(c.size(), -7.f);
+    if (mk::gemm<Arch, mk::GemmClass{17, 1}>(g, BiasRelu<Arch>{bias.data(), batch * M}) || c != untouched)
+      std::printf("FAIL %s: a class of other rows ran\n", what.c_str()), ++ck.failures;
+  }
 }
 
 // relu(conv(x, w) + bias) in double: NCHW, `g` groups, stride s, padding p on every side,
@@ -337,7 +375,37 @@ void winograd_cases(Checker& ck) {
     ck.close_scaled(what.c_str(), out[0], want, 2e-5);
     ck.same(what.c_str(), out[0], out[1]);
     ck.same(what.c_str(), out[0], out[2]);
+    if (c.K == 20 || c.K == 40) {  // the products' task shapes of that K only; another K refused
+      std::vector<float> yc(size_t(c.N * Kb * OH * OW * L), std::nanf("")), got(want.size());
+      a.y = yc.data(), a.threads = 1;
+      const BlockedBiasRelu<Arch> ep{bpad.data(), Kb};
+      const bool ran = c.K == 20 ? mk::conv2d_nchwc_winograd<Arch, mk::ConvClass{mk::ConvKind::Spatial, 20}>(a, pw, ep)
+                                 : mk::conv2d_nchwc_winograd<Arch, mk::ConvClass{mk::ConvKind::Spatial, 40}>(a, pw, ep);
+      const bool ran_other = c.K == 20 ? mk::conv2d_nchwc_winograd<Arch, mk::ConvClass{mk::ConvKind::Spatial, 40}>(a, pw, ep)
+                                       : mk::conv2d_nchwc_winograd<Arch, mk::ConvClass{mk::ConvKind::Spatial, 20}>(a, pw, ep);
+      mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
+      if (!ran || ran_other) std::printf("FAIL %s: class K\n", what.c_str()), ++ck.failures;
+      ck.same((what + " class").c_str(), out[0], got);
+    }
   }
+}
+
+// conv2d_nchwc through the instantiation of shape class {kind, K} (K a compile-time constant).
+template <class Arch, int64_t K, class Ep>
+bool conv_in_class(mk::ConvKind kind, const mk::ConvNchwcArgs& a, const Ep& ep) {
+  switch (kind) {
+    case mk::ConvKind::Pointwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Pointwise, K}>(a, ep);
+    case mk::ConvKind::Spatial: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Spatial, K}>(a, ep);
+    case mk::ConvKind::Depthwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, K}>(a, ep);
+    default: return mk::conv2d_nchwc<Arch>(a, ep);
+  }
+}
+
+// A depthwise conv through the instantiation for kernel width KW and column stride SW, as the
+// generator emits it (the fixed-width row kernels of other widths are not compiled).
+template <class Arch, int64_t KW, int64_t SW, class Ep>
+bool depthwise_in_class(const mk::ConvNchwcArgs& a, const Ep& ep) {
+  return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, 0, KW, SW}>(a, ep);
 }
 
 template <class Arch>
@@ -399,6 +467,38 @@ void nchwc_cases(Checker& ck) {
     ck.close(what.c_str(), out[0], want);
     ck.same(what.c_str(), out[0], out[1]);
     ck.same(what.c_str(), out[0], out[2]);
+    // The instantiation of the case's shape class (as the generator classifies it, with K = 0 and
+    // with K = 20 or 40 where the case has that K: other task shapes) gives the same result; a
+    // class the case is outside of computes nothing and says so.
+    const bool pointwise = !c.dw && c.KH == 1 && c.KW == 1 && c.p == 0 && (OH - 1) * c.s < c.H && (OW - 1) * c.s < c.W;
+    const mk::ConvKind kind = c.dw ? mk::ConvKind::Depthwise : pointwise ? mk::ConvKind::Pointwise : mk::ConvKind::Spatial;
+    const BlockedBiasRelu<Arch> ep{bpad.data(), Kb};
+    std::vector<float> yc(size_t(c.N * Kb * OH * OW * L), -7.f), got(want.size());
+    const std::vector<float> untouched = yc;
+    a.y = yc.data(), a.threads = 1;
+    for (int64_t k : {int64_t(0), c.K}) {
+      if (k != 0 && k != 20 && k != 40) continue;
+      const bool ran = k == 0 ? conv_in_class<Arch, 0>(kind, a, ep) : k == 20 ? conv_in_class<Arch, 20>(kind, a, ep) : conv_in_class<Arch, 40>(kind, a, ep);
+      mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
+      if (!ran) std::printf("FAIL %s: refused by its class (K %lld)\n", what.c_str(), (long long)k), ++ck.failures;
+      ck.same((what + " class").c_str(), out[0], got);
+      yc = untouched;
+    }
+    if (c.dw && (c.KW == 3 || c.KW == 5) && (c.s == 1 || c.s == 2)) {
+      const bool ran = c.KW == 3 ? (c.s == 1 ? depthwise_in_class<Arch, 3, 1>(a, ep) : depthwise_in_class<Arch, 3, 2>(a, ep))
+                                 : (c.s == 1 ? depthwise_in_class<Arch, 5, 1>(a, ep) : depthwise_in_class<Arch, 5, 2>(a, ep));
+      mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
+      if (!ran) std::printf("FAIL %s: refused by its depthwise class\n", what.c_str()), ++ck.failures;
+      ck.same((what + " depthwise class").c_str(), out[0], got);
+      yc = untouched;
+      const bool ran_other = c.KW == 3 ? depthwise_in_class<Arch, 5, 1>(a, ep) : depthwise_in_class<Arch, 3, 2>(a, ep);
+      if (ran_other || yc != untouched) std::printf("FAIL %s: a depthwise class of another width ran\n", what.c_str()), ++ck.failures;
+    }
+    const mk::ConvKind other = kind == mk::ConvKind::Spatial ? mk::ConvKind::Pointwise : mk::ConvKind::Spatial;
+    const bool ran_other = c.dw ? conv_in_class<Arch, 0>(other, a, ep) : c.K == 20 ? conv_in_class<Arch, 40>(kind, a, ep)
+                                                                                   : conv_in_class<Arch, 20>(kind, a, ep);
+    if (ran_other || yc != untouched)
+      std::printf("FAIL %s: a class it is outside of ran\n", what.c_str()), ++ck.failures;
   }
   winograd_cases<Arch, 4>(ck);
   winograd_cases<Arch, 2>(ck);

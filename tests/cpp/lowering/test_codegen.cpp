@@ -13,6 +13,7 @@
 #include "graph/error.h"
 #include "graph/interpreter.h"
 #include "kernels/cpu_model.h"
+#include "kernels/emit_cpp.h"
 #include "lowering_test_util.h"
 
 using namespace nnfuse;
@@ -223,5 +224,46 @@ TEST_CASE("codegen: squeeze-excitation gate runs its activation once per channel
     for (auto& s : st.stores) anchors_storing_gate += s.buffer == gate && st.kind == StageKind::Anchor;
   CHECK(anchors_storing_gate == 1);
   TensorMap feeds = random_feeds(m.graph, 5);
+  check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
+
+TEST_CASE("codegen: stages whose code differs only in their buffers share one compiled implementation", "[codegen]") {
+  // Two identical layers (MatMul + bias + Relu on their own weights, then a Gather of columns by
+  // an index input of its own): each layer's stages have the same code but for the buffers, so
+  // the emitter compiles each stage's code once and the second layer's entry points pass their
+  // own buffers to it. Weights are packed per stage (prepare), and each Gather reads its own
+  // indices. (Constant index tables are written into the code, so such stages do not share.)
+  GraphBuilder gb("shared");
+  std::string cur = gb.input("x", DType::Float32, {1, 9, 20});
+  std::vector<std::vector<std::string>> groups;
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string l = std::to_string(layer);
+    auto mm = gb.op("MatMul", {cur, gb.weight("w" + l, {20, 20}, 0.3f)});
+    auto add = gb.op("Add", {mm, gb.weight("b" + l, {20})});
+    auto rl = gb.op("Relu", {add});
+    auto gi = gb.input("idx" + l, DType::Int64, {20});
+    auto ga = gb.op("Gather", {rl, gi}, GraphBuilder::attrs({{"axis", A::i(-1)}}));
+    auto neg = gb.op("Neg", {ga});
+    groups.push_back({mm, add, rl});
+    groups.push_back({ga, neg});
+    cur = neg;
+  }
+  gb.output(cur);
+  Model m = gb.finish();
+  FusionPlan plan = grouped_plan(m.graph, groups);
+  auto cm = CpuModel::build(m.graph, &plan, opts());
+  CHECK(cm->module().fallback_blocks == 0);
+  std::string code;
+  for (auto& u : emit_cpp(cm->module(), 1)) code += u.code;
+  size_t shared_stages = 0;
+  for (size_t p = 0; (p = code.find(": kernel k", p)) != std::string::npos; ++p) ++shared_stages;
+  CHECK(shared_stages == 4);  // both layers' MatMul stages and both Gather stages
+  CHECK_THAT(code, Catch::Contains("_prepare(S)"));
+  TensorMap feeds = random_feeds(m.graph, 3);
+  for (int layer = 0; layer < 2; ++layer) {
+    std::vector<int64_t> idx(20);
+    for (int64_t c = 0; c < 20; ++c) idx[size_t(c)] = layer == 0 ? (c * 7) % 20 : c - 20;
+    feeds["idx" + std::to_string(layer)] = Tensor::from_vector<int64_t>({20}, idx);
+  }
   check_close(cm->run(feeds), run_reference(m.graph, feeds));
 }
