@@ -72,6 +72,10 @@ class CpuModel {
   // stage packing it (the bodies use the packed copies); only for a model that alone owns its
   // graph (load(); docs/codegen.md "Weights resident once").
   void link_stages(bool release_originals);
+  // build(): link_stages(false) on the first run (lazy_link_), once, under concurrent run() calls.
+  void ensure_linked() const;
+  bool lazy_link_ = false;
+  mutable std::once_flag link_once_;
   // Per buffer: a weight that some stage reads only through its prepare entry point and nothing
   // else reads at run time (Stage::prepare_only), still holding its data.
   std::vector<char> prepare_only_weights() const;
