@@ -22,10 +22,16 @@ namespace {
 // (-1 where not timed). Rounds alternate the algorithms, so a drift in clock speed or a neighbour's
 // load hits them alike, and each keeps its best round. The data is random: the kernels' speed does
 // not depend on values (no denormals from this range).
+// Each algorithm's kernel is a unit of its own (kProbeKernels), so that the three compile in
+// parallel: the program is built once per target and cache, on a first compile.
 constexpr const char* kProbeSource = R"(// nnfuse convolution timing program (kernels/conv_probe.cpp): do not edit.
 #include "gen_support.h"
 #include <chrono>
 #include <cstdint>
+
+void nnfuse_probe_direct(const nnfuse::mk::ConvNchwcArgs& a);
+void nnfuse_probe_f4(const nnfuse::mk::ConvNchwcArgs& a, const nnfuse::mk::PackedConvWinograd& p);
+void nnfuse_probe_f2(const nnfuse::mk::ConvNchwcArgs& a, const nnfuse::mk::PackedConvWinograd2& p);
 
 namespace {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -52,9 +58,9 @@ extern "C" int nnfuse_conv_probe(const int64_t* g, int64_t n, double* out) {
     if (mask & 2) p4.pack(w.data(), a.K, a.C, nf::L);
     if (mask & 4) p2.pack(w.data(), a.K, a.C, nf::L);
     auto run = [&](int algo) {
-      if (algo == 0) mk::conv2d_nchwc<nf::A, mk::ConvClass{mk::ConvKind::Spatial, 0}>(a, mk::IdentityEpilogue{});
-      else if (algo == 1) mk::conv2d_nchwc_winograd<nf::A>(a, p4, mk::IdentityEpilogue{});
-      else mk::conv2d_nchwc_winograd<nf::A>(a, p2, mk::IdentityEpilogue{});
+      if (algo == 0) nnfuse_probe_direct(a);
+      else if (algo == 1) nnfuse_probe_f4(a, p4);
+      else nnfuse_probe_f2(a, p2);
     };
     double best[3] = {1e30, 1e30, 1e30};
     const double start = now_s();
@@ -73,6 +79,25 @@ extern "C" int nnfuse_conv_probe(const int64_t* g, int64_t n, double* out) {
   return 0;
 }
 )";
+
+// The kernels the timing program runs, one unit each: {unit name, source}.
+constexpr const char* kProbeKernels[][2] = {
+    {"conv_probe_direct", R"(#include "gen_support.h"
+void nnfuse_probe_direct(const nnfuse::mk::ConvNchwcArgs& a) {
+  nnfuse::mk::conv2d_nchwc<nf::A, nnfuse::mk::ConvClass{nnfuse::mk::ConvKind::Spatial, 0}>(a, nnfuse::mk::IdentityEpilogue{});
+}
+)"},
+    {"conv_probe_f4", R"(#include "gen_support.h"
+void nnfuse_probe_f4(const nnfuse::mk::ConvNchwcArgs& a, const nnfuse::mk::PackedConvWinograd& p) {
+  nnfuse::mk::conv2d_nchwc_winograd<nf::A>(a, p, nnfuse::mk::IdentityEpilogue{});
+}
+)"},
+    {"conv_probe_f2", R"(#include "gen_support.h"
+void nnfuse_probe_f2(const nnfuse::mk::ConvNchwcArgs& a, const nnfuse::mk::PackedConvWinograd2& p) {
+  nnfuse::mk::conv2d_nchwc_winograd<nf::A>(a, p, nnfuse::mk::IdentityEpilogue{});
+}
+)"},
+};
 
 // Model name of the first CPU in /proc/cpuinfo ("" where there is none): the timing cache's key,
 // with the target, since the same ISA runs at different speeds on different cores.
@@ -150,11 +175,17 @@ ConvProbeResult choose_conv_algorithms_by_measurement(KernelModule& mod, const T
       geos.insert(geos.end(), l.geo.begin(), l.geo.end());
     }
   if (!missing.empty()) {
-    SourceUnit u;
-    u.name = "conv_probe";
-    u.code = kProbeSource;
-    u.symbols = {"nnfuse_conv_probe"};
-    BuildResult br = build_shared_object({u}, to);
+    std::vector<SourceUnit> units(1);
+    units[0].name = "conv_probe";
+    units[0].code = kProbeSource;
+    units[0].symbols = {"nnfuse_conv_probe"};
+    for (auto& k : kProbeKernels) {
+      SourceUnit u;
+      u.name = k[0];
+      u.code = k[1];
+      units.push_back(std::move(u));
+    }
+    BuildResult br = build_shared_object(units, to);
     SharedObject so(br.so_path);
     using ProbeFn = int (*)(const int64_t*, int64_t, double*);
     auto probe = reinterpret_cast<ProbeFn>(so.symbol("nnfuse_conv_probe"));
