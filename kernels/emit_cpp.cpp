@@ -530,10 +530,6 @@ struct StageEmitter {
   }
 };
 
-}  // namespace
-
-namespace {
-
 // A stage's code with its own names taken out: the stage name becomes a placeholder and the
 // buffers it touches are renumbered 0, 1, ... in order of first mention (`bN` variables and
 // `B[N]` reads alike). Two stages with the same normalised code differ only in which buffers they

@@ -526,3 +526,31 @@ def test_compile_times_conv_algorithms_unless_no_profile(tmp_path):
     assert not (tmp_path / "cache2" / "conv_timings.json").exists()
     nnfuse("run", tmp_path / "art2", "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "o2", check=0)
     np.testing.assert_allclose(np.load(tmp_path / "o2" / "y.npy"), want, rtol=1e-4, atol=1e-4)
+
+
+def test_compile_json_reports_phases_and_shared_implementations(tmp_path):
+    # Two identical layers (MatMul + Relu on their own weights): their stages have the same code
+    # but for the buffers, so they compile as one implementation. The report gives the phases and
+    # the counts; a second compile into the same cache is a hit.
+    rng = np.random.default_rng(5)
+    ws = [numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.2).astype(np.float32), f"w{i}") for i in range(2)]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["m0"]), helper.make_node("Relu", ["m0"], ["r0"]),
+             helper.make_node("MatMul", ["r0", "w1"], ["m1"]), helper.make_node("Relu", ["m1"], ["y"])]
+    g = helper.make_graph(nodes, "two_layers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 64])], ws)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    model = save(m, tmp_path / "m.onnx")
+    first = nnfuse_json("compile", model, "-o", tmp_path / "art", "--cache-dir", tmp_path / "cache")
+    phases = first["phases_ms"]
+    assert set(phases) == {"load", "optimize", "compile", "save"} and all(v >= 0 for v in phases.values())
+    assert first["total_ms"] == pytest.approx(phases["optimize"] + phases["compile"] + phases["save"])
+    build = first["compile"]["build"]
+    assert build["cache_hit"] is False
+    assert build["stages"] == 2 and build["implementations"] == 1
+    again = nnfuse_json("compile", model, "-o", tmp_path / "art2", "--cache-dir", tmp_path / "cache")
+    assert again["compile"]["build"]["cache_hit"] is True
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    nnfuse("run", tmp_path / "art", "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "o", check=0)
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "y.npy"), ort_run(model, {"x": x})["y"], rtol=1e-4, atol=1e-4)
