@@ -412,7 +412,10 @@ struct StageEmitter {
                              (ip("OH") - 1) * ip("SH") < ip("H") && (ip("OW") - 1) * ip("SW") < ip("W");
       const std::string cls = std::string("nnfuse::mk::ConvClass{nnfuse::mk::ConvKind::") +
                               (G > 1 ? "Depthwise" : pointwise ? "Pointwise" : "Spatial") + ", " + std::to_string(K) +
-                              (G > 1 ? ", " + std::to_string(ip("KW")) + ", " + std::to_string(ip("SW")) : std::string()) + "}";
+                              (G > 1 ? ", " + std::to_string(ip("KW")) + ", " + std::to_string(ip("SW")) + ", " + std::to_string(ip("DW")) +
+                                           ", " + std::to_string(ip("W"))
+                                     : std::string()) +
+                              "}";
       if (winograd) {
         body << "  if (!nnfuse::mk::conv2d_nchwc_winograd<nf::A, " << cls << ">(a, packed, ep, par)) nf::shape_class_error(ctx);\n";
       } else {

@@ -49,6 +49,8 @@ struct ConvClass {
   int64_t K = 0;   // output channels, 0 = any
   int64_t kw = 0;  // kernel width, 0 = any (depthwise: which fixed-width row kernel to compile)
   int64_t sw = 0;  // column stride, 0 = any
+  int64_t dw = 0;  // column dilation, 0 = any
+  int64_t w = 0;   // input width, 0 = any (with kw, sw, dw: which depthwise row path runs)
 };
 
 // Whether arguments `a` belong to class `cc`.
@@ -57,7 +59,9 @@ inline bool conv_pointwise_geometry(const ConvNchwcArgs& a) {
          (a.OW - 1) * a.stride_w < a.W;
 }
 inline bool conv_class_admits(const ConvClass& cc, const ConvNchwcArgs& a) {
-  if ((cc.K != 0 && cc.K != a.K) || (cc.kw != 0 && cc.kw != a.KW) || (cc.sw != 0 && cc.sw != a.stride_w)) return false;
+  if ((cc.K != 0 && cc.K != a.K) || (cc.kw != 0 && cc.kw != a.KW) || (cc.sw != 0 && cc.sw != a.stride_w) ||
+      (cc.dw != 0 && cc.dw != a.dil_w) || (cc.w != 0 && cc.w != a.W))
+    return false;
   switch (cc.kind) {
     case ConvKind::Any: return true;
     case ConvKind::Pointwise: return !a.depthwise && conv_pointwise_geometry(a);
@@ -506,42 +510,66 @@ void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParF
   });
 }
 
-// Whether class CC can take the fixed-width depthwise kernel for kernel width KW (stride 1).
+// Row tile of the generic depthwise path.
+template <class Arch>
+constexpr int dw_ur() {
+  return vfloat<Arch>::size == 8 ? 8 : 12;
+}
+
+// Whether a depthwise conv takes the fixed-width row kernel (see conv_nchwc_depthwise).
+constexpr bool dw_takes_fixed(int64_t W, int64_t KW, int64_t sw, int64_t dw, int64_t UR) {
+  return sw == 1 && dw == 1 && W - (KW - 1) < UR && (KW == 3 || KW == 5);
+}
+
+// Which depthwise row paths class CC compiles: both, unless its width, kernel width, stride and
+// dilation fix the one it takes; the fixed-width kernels only for its kernel width.
 template <ConvClass CC>
+constexpr bool dw_path_known() {
+  return CC.w > 0 && CC.kw > 0 && CC.sw > 0 && CC.dw > 0;
+}
+template <class Arch, ConvClass CC>
 constexpr bool dw_fixed_used(int64_t KW) {
-  return (CC.kw == 0 || CC.kw == KW) && (CC.sw == 0 || CC.sw == 1);
+  if (dw_path_known<CC>()) return CC.kw == KW && dw_takes_fixed(CC.w, CC.kw, CC.sw, CC.dw, dw_ur<Arch>());
+  return (CC.kw == 0 || CC.kw == KW) && (CC.sw == 0 || CC.sw == 1) && (CC.dw == 0 || CC.dw == 1);
+}
+template <class Arch, ConvClass CC>
+constexpr bool dw_generic_used() {
+  return !dw_path_known<CC>() || !dw_takes_fixed(CC.w, CC.kw, CC.sw, CC.dw, dw_ur<Arch>());
 }
 
 template <class Arch, ConvClass CC, class Ep, class ParFor>
 void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
-  constexpr int UR = vfloat<Arch>::size == 8 ? 8 : 12;
+  constexpr int UR = dw_ur<Arch>();
   // Rows with no full interior tile (a 14-wide row under a 5x5 kernel has 10 interior pixels, a
   // 7-wide one 3) would run entirely on the checked tile: pad them instead. Wider rows and
   // strided convs run faster on the generic tile than with a row copy (bench/kernels_bench.cpp:
   // 1.6x on 14x14 and 7x7 5x5 layers; 0.7-0.9x on 112-wide and stride-2 layers).
-  const int64_t in_lo = a.pad_left, in_hi = a.W - (a.KW - 1) + a.pad_left;  // stride 1, dilation 1
-  if (a.stride_w == 1 && a.dil_w == 1 && in_hi - in_lo < UR) {
-    if constexpr (dw_fixed_used<CC>(3))
+  if (dw_takes_fixed(a.W, a.KW, a.stride_w, a.dil_w, UR)) {
+    if constexpr (dw_fixed_used<Arch, CC>(3))
       if (a.KW == 3) return conv_nchwc_depthwise_fixed<Arch, 3, 1>(a, ep, par);
-    if constexpr (dw_fixed_used<CC>(5))
+    if constexpr (dw_fixed_used<Arch, CC>(5))
       if (a.KW == 5) return conv_nchwc_depthwise_fixed<Arch, 5, 1>(a, ep, par);
   }
-  const int64_t Cb = nchwc_blocks(a.C, L);
-  par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
-    for (int64_t t = lo; t < hi; ++t) {
-      const int64_t oh = t % a.OH, row = t / a.OH, cb = row % Cb;
-      const float* xb = a.x + row * a.H * a.W * L;
-      const float* wb = a.w + cb * a.KH * a.KW * L;
-      float* yb = a.y + row * a.OH * a.OW * L;
-      int64_t kl, kh;
-      kh_range(oh, a.stride_h, a.pad_top, a.dil_h, a.KH, a.H, kl, kh);
-      for_row_tiles<UR>(0, a.OW, a.W, a.stride_w, a.pad_left, a.KW, a.dil_w, [&](int64_t ow, int64_t nu, bool interior) {
-        if (interior) dw_nchwc_tile<Arch, UR, false>(a, xb, wb, yb, row, oh, ow, nu, kl, kh, ep);
-        else dw_nchwc_tile<Arch, UR, true>(a, xb, wb, yb, row, oh, ow, nu, kl, kh, ep);
-      });
-    }
-  });
+  // A class whose width takes the fixed-width kernel compiles no generic path (it admits no other
+  // width, so it never gets here).
+  if constexpr (dw_generic_used<Arch, CC>()) {
+    const int64_t Cb = nchwc_blocks(a.C, L);
+    par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t oh = t % a.OH, row = t / a.OH, cb = row % Cb;
+        const float* xb = a.x + row * a.H * a.W * L;
+        const float* wb = a.w + cb * a.KH * a.KW * L;
+        float* yb = a.y + row * a.OH * a.OW * L;
+        int64_t kl, kh;
+        kh_range(oh, a.stride_h, a.pad_top, a.dil_h, a.KH, a.H, kl, kh);
+        for_row_tiles<UR>(0, a.OW, a.W, a.stride_w, a.pad_left, a.KW, a.dil_w, [&](int64_t ow, int64_t nu, bool interior) {
+          if (interior) dw_nchwc_tile<Arch, UR, false>(a, xb, wb, yb, row, oh, ow, nu, kl, kh, ep);
+          else dw_nchwc_tile<Arch, UR, true>(a, xb, wb, yb, row, oh, ow, nu, kl, kh, ep);
+        });
+      }
+    });
+  }
 }
 
 }  // namespace detail

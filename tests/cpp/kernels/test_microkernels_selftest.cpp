@@ -408,6 +408,13 @@ bool depthwise_in_class(const mk::ConvNchwcArgs& a, const Ep& ep) {
   return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, 0, KW, SW}>(a, ep);
 }
 
+// ... and for a stride-1 undilated depthwise conv of input width W too, which fixes its row path
+// (the fixed-width kernel or the generic tiles, by W and the Arch's tile): only that one compiled.
+template <class Arch, int64_t KW, int64_t W, class Ep>
+bool depthwise_in_width_class(const mk::ConvNchwcArgs& a, const Ep& ep) {
+  return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, 0, KW, 1, 1, W}>(a, ep);
+}
+
 template <class Arch>
 void nchwc_cases(Checker& ck) {
   constexpr int64_t L = int64_t(mk::vfloat<Arch>::size);
@@ -493,6 +500,17 @@ void nchwc_cases(Checker& ck) {
       yc = untouched;
       const bool ran_other = c.KW == 3 ? depthwise_in_class<Arch, 5, 1>(a, ep) : depthwise_in_class<Arch, 3, 2>(a, ep);
       if (ran_other || yc != untouched) std::printf("FAIL %s: a depthwise class of another width ran\n", what.c_str()), ++ck.failures;
+    }
+    const bool w14 = c.KW == 5 && c.W == 14, w37 = c.KW == 3 && c.W == 37, w5 = c.KW == 3 && c.W == 5;
+    if (c.dw && c.s == 1 && c.d == 1 && (w14 || w37 || w5)) {
+      const bool ran = w14 ? depthwise_in_width_class<Arch, 5, 14>(a, ep)
+                           : w37 ? depthwise_in_width_class<Arch, 3, 37>(a, ep) : depthwise_in_width_class<Arch, 3, 5>(a, ep);
+      mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
+      if (!ran) std::printf("FAIL %s: refused by its width class\n", what.c_str()), ++ck.failures;
+      ck.same((what + " width class").c_str(), out[0], got);
+      yc = untouched;
+      const bool ran_other = w37 ? depthwise_in_width_class<Arch, 3, 5>(a, ep) : depthwise_in_width_class<Arch, 3, 37>(a, ep);
+      if (ran_other || yc != untouched) std::printf("FAIL %s: a class of another input width ran\n", what.c_str()), ++ck.failures;
     }
     const mk::ConvKind other = kind == mk::ConvKind::Spatial ? mk::ConvKind::Pointwise : mk::ConvKind::Spatial;
     const bool ran_other = c.dw ? conv_in_class<Arch, 0>(other, a, ep) : c.K == 20 ? conv_in_class<Arch, 40>(kind, a, ep)
