@@ -407,7 +407,8 @@ struct StageEmitter {
       body << "  a.threads = ctx ? ctx->threads : 1;\n";
       body << "  const auto& packed = *static_cast<const " << packed << "*>(B[" << st.prepared << "]);\n";
       // The conv's shape class (kernels/microkernels/conv_nchwc.h): the instantiation holds only
-      // the tile paths these static shapes take.
+      // the tile paths these static shapes take. `pointwise` is mk::conv_pointwise_geometry's test
+      // (the kernel checks the class it is given with it: a mismatch is an error, never a wrong path).
       const bool pointwise = G == 1 && ip("KH") == 1 && ip("KW") == 1 && ip("PH") == 0 && ip("PW") == 0 &&
                              (ip("OH") - 1) * ip("SH") < ip("H") && (ip("OW") - 1) * ip("SW") < ip("W");
       const std::string cls = std::string("nnfuse::mk::ConvClass{nnfuse::mk::ConvKind::") +

@@ -160,7 +160,7 @@ inline int64_t wrap_index(const nnfuse_exec_ctx* ctx, int64_t i, int64_t n) {
   return i;
 }
 
-// A kernel compiled for a shape class (mk::ConvClass) was called outside it: reported like a bad
+// A kernel compiled for a shape class (mk::ConvClass, mk::GemmClass) was called outside it: reported like a bad
 // index, the output is left unwritten.
 inline void shape_class_error(const nnfuse_exec_ctx* ctx) {
   if (ctx && ctx->status) __atomic_store_n(ctx->status, NNFUSE_STATUS_SHAPE_CLASS, __ATOMIC_RELAXED);

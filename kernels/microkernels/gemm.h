@@ -298,7 +298,7 @@ constexpr bool gemm_rows_used(int rows) {
   return used_by(GC.M) || (GC.batch > 1 && used_by(GC.M * GC.batch));
 }
 
-template <class Arch, GemmClass GC>
+template <GemmClass GC>
 constexpr bool gemm_may_gemv() {
   return GC.M == 0 || GC.M == 1;
 }
@@ -389,7 +389,7 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const ASrc& asr
             switch (gemm_micro_rows<MR>(mr)) {
               case 1: micro(std::integral_constant<int, 1>{}); break;
               case 2: micro(std::integral_constant<int, 2>{}); break;
-              case 4: if constexpr (MR > 4) micro(std::integral_constant<int, (MR > 4 ? 4 : MR)>{}); break;
+              case 4: micro(std::integral_constant<int, (MR > 4 ? 4 : MR)>{}); break;
               default: micro(std::integral_constant<int, MR>{}); break;
             }
           }
@@ -533,7 +533,7 @@ bool gemm(const GemmArgs& g_in, const Ep& ep = {}, const ParFor& par = {}, const
   if (!detail::gemm_class_admits<GC>(g_in)) return false;
   // B's prologue sees (b*K + k, n): only an identity one allows folding batches into rows.
   const GemmArgs g = detail::is_identity_v<ProB> ? detail::fold_batch_into_rows(g_in) : g_in;
-  if constexpr (detail::gemm_may_gemv<Arch, GC>())
+  if constexpr (detail::gemm_may_gemv<GC>())
     if (g.M == 1 && g.N > 0 && (g.b_cs == 1 || g.b_rs == 1)) return detail::gemv_row<Arch>(g, ep, par, pro_a, pro_b), true;
   detail::StridedASource<T::MR, ProA> apack{g.A, g.a_rs, g.a_cs, g.a_bs, g.M, pro_a};
   detail::StridedBSource<Arch, ProB> bsrc{g.B, g.b_rs, g.b_cs, g.b_bs, g.K, pro_b};
