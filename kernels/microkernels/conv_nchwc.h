@@ -142,6 +142,16 @@ struct NchwcInput {
   const float* chan(int64_t n, int64_t c) const { return x + n * sn + (blocked ? (c / L) * cstride + c % L : c * cstride); }
 };
 
+// The weight panel a dense task reads after the current one (its next input-channel chunk, or
+// the next task's first): `channels` consecutive channels of each output block from w, blocks
+// wstride apart. The first tile of a chunk prefetches it, so that the next chunk's first tile
+// finds its weights in L2 rather than waiting on L3: on 7x7 maps a chunk is only ~9 tiles, and
+// the 1x1 layers there ran 10% slower with their weights in L3 (where a model's are) than in L2.
+struct ConvPanelPrefetch {
+  const float* w = nullptr;
+  int64_t channels = 0, wstride = 0;
+};
+
 // The geometry a dense conv walks (a 1x1 / stride-1 / unpadded conv is one row of OH*OW pixels
 // over an input row of H*W).
 struct ConvGeom {
@@ -152,17 +162,23 @@ struct ConvGeom {
 // (within a block: the next lane; between blocks: the next block plane) and keep the loop to the
 // FMAs. Pixel u reads at off[u] from a channel's start; OneRow: off[u] = off[0] + u * off-step,
 // computed in the loop (the offsets then need no registers of their own).
+// pf (see ConvPanelPrefetch): the weight panel this task reads next, one line per output block and
+// channel prefetched into L2 alongside the channel's FMAs.
 template <class Arch, int OCB, int UR, bool OneRow>
 inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInput& in, int64_t n, int64_t c0, int64_t c1,
-                                    const float* wc, int64_t wstride, const int64_t (&off)[UR]) {
+                                    const float* wc, int64_t wstride, const int64_t (&off)[UR], const ConvPanelPrefetch& pf) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
   const int64_t step = UR > 1 ? off[1] - off[0] : 0;
+  const float* pfp = pf.w;
+  const float* const pf_end = pf.w + pf.channels * L;
   for (int64_t ci = c0; ci < c1;) {
     const int64_t cend = in.blocked ? std::min(c1, (ci / in.L + 1) * in.L) : c1;
     const int64_t cstep = in.blocked ? 1 : in.cstride;
     const float* xp = in.chan(n, ci) + off[0];
-    for (; ci < cend; ++ci, xp += cstep, wc += L) {
+    for (; ci < cend; ++ci, xp += cstep, wc += L, pfp += L) {
+      if (pfp < pf_end)
+        for (int o = 0; o < OCB; ++o) __builtin_prefetch(pfp + o * pf.wstride, 0, 2);
       V wv[OCB];
       for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride);
       for (int u = 0; u < UR; ++u) {
@@ -185,7 +201,7 @@ inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInp
 template <class Arch, ConvClass CC, int OCB, int UR, bool Check, class Ep>
 NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, const float* w, int64_t wstride, float* y,
                             int64_t ystride, int64_t n, int64_t row0, int64_t oh, int64_t ow, int64_t nu, int64_t c0, int64_t c1,
-                            bool first, bool last, const Ep& ep) {
+                            bool first, bool last, const Ep& ep, const ConvPanelPrefetch& pf = {}) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
   constexpr bool pointwise = CC.kind == ConvKind::Pointwise, may_pointwise = pointwise || CC.kind == ConvKind::Any;
@@ -217,10 +233,10 @@ NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, con
       if (one_row && nu == UR) {
         const int64_t base = (oh * g.sh - g.pt) * in.sh + (ow * g.sw - g.pl) * in.sw, step = g.sw * in.sw;
         for (int u = 0; u < UR; ++u) off[u] = base + u * step;
-        conv_nchwc_1x1_channels<Arch, OCB, UR, true>(acc, in, n, c0, c1, w + c0 * L, wstride, off);
+        conv_nchwc_1x1_channels<Arch, OCB, UR, true>(acc, in, n, c0, c1, w + c0 * L, wstride, off, pf);
       } else {
         fill();
-        conv_nchwc_1x1_channels<Arch, OCB, UR, false>(acc, in, n, c0, c1, w + c0 * L, wstride, off);
+        conv_nchwc_1x1_channels<Arch, OCB, UR, false>(acc, in, n, c0, c1, w + c0 * L, wstride, off, pf);
       }
       c1 = c0;  // done: skip the general loop
     }
@@ -298,6 +314,18 @@ inline bool conv_pixel_interior(const ConvGeom& g, int64_t oh, int64_t ow) {
   return ih >= 0 && ih + (g.KH - 1) * g.dh < g.H && iw >= 0 && iw + (g.KW - 1) * g.dw < g.W;
 }
 
+// Which way a conv's tasks are ordered: pixels outermost (each task range of the par-for is a
+// band of the image, all output channels) or output channels outermost (a range of channels, all
+// pixels). The runtime hands each thread the same part of every par-for (kernels/thread_pool.cpp),
+// so with pixels outermost a thread's band of one layer is, but for a halo, the band it reads in
+// the next: the activations stay in its own L2. Where the weights are larger than the input
+// (K * taps > H * W: the 7x7 and 14x14 layers with hundreds of channels), splitting by pixels
+// would have each thread read every weight, so those split by channels. A depthwise conv follows
+// the pointwise conv that feeds it (the same test on its channel count). One thread keeps the
+// channel-major order: it has no other core to keep data from, and the first layers of
+// MobileNetV2 ran 5-18% slower pixels-first.
+inline bool conv_pixels_outermost(int64_t K, int64_t taps, int64_t H, int64_t W) { return K * taps <= H * W; }
+
 // One task: output blocks [kb0, kb0 + OCB) of image n, pixels [q0, q1) of the flattened plane. The
 // input-channel chunk is the outer loop, so its weight panel comes from memory once per task and
 // from L2 for every tile after the first.
@@ -313,11 +341,18 @@ inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const Nch
   for (int64_t c0 = 0; c0 < a.C; c0 += cchunk) {
     const int64_t c1 = std::min(a.C, c0 + cchunk);
     const bool first = c0 == 0, last = c1 == a.C;
+    // The next panel: this task's next chunk, or after the last one the next output blocks' first.
+    ConvPanelPrefetch pf;
+    if constexpr (CC.kind == ConvKind::Pointwise) {
+      if (c1 < a.C) pf = {w + c1 * L, std::min(a.C, c1 + cchunk) - c1, wstride};
+      else if (kb0 + OCB < Kb) pf = {w + OCB * wstride, std::min(a.C, cchunk), wstride};
+    }
     for (int64_t q = q0, oh = q0 / g.OW, ow = q0 % g.OW; q < q1; q += UR) {
       const int64_t nu = std::min<int64_t>(UR, q1 - q);
       const int64_t row0 = n * Kb + kb0;
       if constexpr (CC.kind == ConvKind::Pointwise) {  // every tap inside: one tile for all
-        conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, wstride, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
+        conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, wstride, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep,
+                                                  q == q0 ? pf : ConvPanelPrefetch{});
       } else {
         // Interior: UR pixels whose taps all lie inside the input (the first and last pixel
         // decide within a row).
@@ -409,9 +444,11 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   const int64_t want = 4 * std::max<int64_t>(1, a.threads), nseg_want = std::max<int64_t>(1, ceil_div(want, a.N * kgroups));
   const int64_t qseg = std::min(qmax, ceil_div(ceil_div(P, nseg_want), UR) * UR), nseg = ceil_div(P, qseg);
   const int64_t tasks = a.N * kgroups * nseg;
+  const bool pixels_outer = a.threads > 1 && conv_pixels_outermost(a.K, a.KH * a.KW, a.H, a.W);
   par(tasks, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t s = t % nseg, kg = (t / nseg) % kgroups, n = t / (nseg * kgroups);
+      const int64_t n = t / (nseg * kgroups), i = t % (nseg * kgroups);
+      const int64_t s = pixels_outer ? i / kgroups : i % nseg, kg = pixels_outer ? i % kgroups : i / nseg;
       const int64_t kb0 = kg * OCBMAX, q0 = s * qseg, q1 = std::min(P, q0 + qseg);
       conv_nchwc_task_of<Arch, CC>(std::min<int64_t>(OCBMAX, Kb - kb0), a, g, in, cchunk, n, kb0, q0, q1, ep);
     }
@@ -455,6 +492,18 @@ inline void dw_nchwc_tile(const ConvNchwcArgs& a, const float* xb, const float* 
 // pixels share once and runs every kernel column from registers. The generic tile below checks
 // every tap on border tiles and loads each input vector once per kernel column: on the 7- to
 // 28-wide rows of mobile CNNs most pixels took that path (~30% of the FMA peak).
+// Depthwise task t of N * Cb * OH: output row oh of channel block cb (row = n * Cb + cb), rows
+// outermost or channel blocks outermost (see conv_pixels_outermost).
+inline void dw_task(int64_t t, int64_t Cb, int64_t OH, bool rows_outer, int64_t& oh, int64_t& row, int64_t& cb) {
+  if (rows_outer) {
+    const int64_t n = t / (Cb * OH), i = t % (Cb * OH);
+    oh = i / Cb, cb = i % Cb;
+    row = n * Cb + cb;
+  } else {
+    oh = t % OH, row = t / OH, cb = row % Cb;
+  }
+}
+
 template <class Arch, int KW, int S>
 constexpr int dw_fixed_ur() {
   constexpr int regs = vfloat<Arch>::size == 8 ? 16 : 32;  // AVX2: 16 vector registers
@@ -472,10 +521,12 @@ void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParF
   const int64_t Cb = nchwc_blocks(a.C, L), tiles = ceil_div(a.OW, int64_t(UR));
   const int64_t Wp = (tiles * UR - 1) * S + KW;  // padded row: every tile's taps, in pixels
   const int64_t left = std::min(a.pad_left, Wp), mid = std::max<int64_t>(0, std::min(a.W, Wp - left));
+  const bool rows_outer = a.threads > 1 && conv_pixels_outermost(a.C, 1, a.H, a.W);
   par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     float* xpad = thread_scratch(ScratchSlot::DepthwiseRows, a.KH * Wp * L);
     for (int64_t t = lo; t < hi; ++t) {
-      const int64_t oh = t % a.OH, row = t / a.OH, cb = row % Cb;
+      int64_t oh, row, cb;
+      dw_task(t, Cb, a.OH, rows_outer, oh, row, cb);
       const float* xb = a.x + row * a.H * a.W * L;
       const float* wb = a.w + cb * a.KH * KW * L;
       float* yb = a.y + row * a.OH * a.OW * L;
@@ -555,9 +606,11 @@ void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& pa
   // width, so it never gets here).
   if constexpr (dw_generic_used<Arch, CC>()) {
     const int64_t Cb = nchwc_blocks(a.C, L);
+    const bool rows_outer = a.threads > 1 && conv_pixels_outermost(a.C, 1, a.H, a.W);
     par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
       for (int64_t t = lo; t < hi; ++t) {
-        const int64_t oh = t % a.OH, row = t / a.OH, cb = row % Cb;
+        int64_t oh, row, cb;
+        dw_task(t, Cb, a.OH, rows_outer, oh, row, cb);
         const float* xb = a.x + row * a.H * a.W * L;
         const float* wb = a.w + cb * a.KH * a.KW * L;
         float* yb = a.y + row * a.OH * a.OW * L;

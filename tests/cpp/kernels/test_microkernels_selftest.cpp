@@ -425,6 +425,9 @@ void nchwc_cases(Checker& ck) {
               C{1, 240, 4, 5, 9, 3, 3, 1, 1, 1, false, true}, C{1, 1, 17, 1, 1, 3, 1, 1, 1, 1, false, false},
               C{1, 600, 2, 3, 3, 1, 1, 1, 0, 1, false, true}, C{1, 600, 5, 6, 20, 1, 1, 2, 0, 1, false, true},
               C{2, 130, 7, 7, 70, 3, 3, 1, 1, 1, false, true},
+              // A 1x1 conv with several input-channel chunks and output-block tasks (the next
+              // weight panel is prefetched across both).
+              C{1, 1100, 3, 5, 100, 1, 1, 1, 0, 1, false, true},
               // Dense padded convs with enough work run on a zero-bordered copy of the input:
               // dilation 2 with pad 2, stride 2 with a 5x5 kernel, a 1-pixel-wide map.
               C{1, 32, 9, 8, 48, 3, 3, 1, 2, 2, false, true}, C{1, 40, 11, 9, 64, 5, 5, 2, 2, 1, false, true},
@@ -482,15 +485,20 @@ void nchwc_cases(Checker& ck) {
     const BlockedBiasRelu<Arch> ep{bpad.data(), Kb};
     std::vector<float> yc(size_t(c.N * Kb * OH * OW * L), -7.f), got(want.size());
     const std::vector<float> untouched = yc;
-    a.y = yc.data(), a.threads = 1;
-    for (int64_t k : {int64_t(0), c.K}) {
-      if (k != 0 && k != 20 && k != 40) continue;
-      const bool ran = k == 0 ? conv_in_class<Arch, 0>(kind, a, ep) : k == 20 ? conv_in_class<Arch, 20>(kind, a, ep) : conv_in_class<Arch, 40>(kind, a, ep);
-      mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
-      if (!ran) std::printf("FAIL %s: refused by its class (K %lld)\n", what.c_str(), (long long)k), ++ck.failures;
-      ck.same((what + " class").c_str(), out[0], got);
-      yc = untouched;
-    }
+    a.y = yc.data();
+    // a.threads 1 and 2: a class's tiles (the pointwise one prefetches weight panels) in both
+    // task orders (see conv_pixels_outermost).
+    for (int64_t threads : {1, 2})
+      for (int64_t k : {int64_t(0), c.K}) {
+        if (k != 0 && k != 20 && k != 40) continue;
+        a.threads = threads;
+        const bool ran = k == 0 ? conv_in_class<Arch, 0>(kind, a, ep) : k == 20 ? conv_in_class<Arch, 20>(kind, a, ep) : conv_in_class<Arch, 40>(kind, a, ep);
+        mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
+        if (!ran) std::printf("FAIL %s: refused by its class (K %lld)\n", what.c_str(), (long long)k), ++ck.failures;
+        ck.same((what + " class").c_str(), out[0], got);
+        yc = untouched;
+      }
+    a.threads = 1;
     if (c.dw && (c.KW == 3 || c.KW == 5) && (c.s == 1 || c.s == 2)) {
       const bool ran = c.KW == 3 ? (c.s == 1 ? depthwise_in_class<Arch, 3, 1>(a, ep) : depthwise_in_class<Arch, 3, 2>(a, ep))
                                  : (c.s == 1 ? depthwise_in_class<Arch, 5, 1>(a, ep) : depthwise_in_class<Arch, 5, 2>(a, ep));
