@@ -1,7 +1,7 @@
 // Microbenchmark of the CPU microkernels against the machine's measured FMA peak (issue 21).
 //
 //   g++ -O3 -std=c++20 -fno-math-errno -DNDEBUG -march=native -I. bench/kernels_bench.cpp -o kernels_bench -pthread
-//   ./kernels_bench [--threads 1] [--reps 5] [--only gemm|gemv|conv]
+//   ./kernels_bench [--threads 1] [--reps 5] [--only gemm|gemv|conv|mobile]
 //
 // (-march=native: the best ISA of this machine, as `--target host` compiles generated kernels.)
 // Prints one line per case: shape, best-of-reps milliseconds, GFLOP/s and the percentage of the
@@ -205,7 +205,14 @@ void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak,
   pw.pack(w.data(), cc.K, Cg, cc.KH, cc.KH, L);
   std::vector<float> y(size_t(mk::nchwc_blocks(cc.K, L) * L * a.OH * a.OW));
   a.x = x.data(), a.w = pw.w.data(), a.y = y.data();
-  const double s = seconds_of([&] { mk::conv2d_nchwc<Arch>(a, mk::IdentityEpilogue{}, par); }, reps);
+  // A 1x1 layer runs the pointwise class, as the generated stage calls it (the Any class takes
+  // the checked general tile for short tiles).
+  constexpr mk::ConvClass pointwise{mk::ConvKind::Pointwise};
+  const bool is_pw = !depthwise && mk::conv_pointwise_geometry(a);
+  const double s = seconds_of([&] {
+    if (is_pw) mk::conv2d_nchwc<Arch, pointwise>(a, mk::IdentityEpilogue{}, par);
+    else mk::conv2d_nchwc<Arch>(a, mk::IdentityEpilogue{}, par);
+  }, reps);
   const double fl = 2.0 * double(cc.K) * double(Cg) * double(cc.KH * cc.KH) * double(a.OH * a.OW);
   char shape[96];
   std::snprintf(shape, sizeof shape, "%s %lldx%lldx%lld k%lld s%lld -> %lld (x%d)", cc.model, (long long)cc.C, (long long)cc.H,
@@ -253,7 +260,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--threads T] [--reps N] [--only gemm|gemv|conv]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads T] [--reps N] [--only gemm|gemv|conv|mobile]\n", argv[0]);
       return 2;
     }
   }
@@ -293,7 +300,7 @@ int main(int argc, char** argv) {
       bench_gemv(m, 8000, 1024, "vocab-head", par, reps, peak);       // seq2seq output projection
     }
   }
-  if (only.empty() || only == "conv") {
+  if (only.empty() || only == "conv" || only == "mobile") {
     const ConvCase cases[] = {
         // ResNet-50 (224x224): stem, then each stage's 1x1 reduce, 3x3, 1x1 expand and the
         // strided 3x3 / projection of its first block (the counts make the weighted total).
@@ -324,6 +331,7 @@ int main(int argc, char** argv) {
         {"mb", 16, 112, 112, 96, 1, 1, 1}, {"mb", 24, 56, 56, 144, 1, 1, 2}, {"mb", 144, 56, 56, 24, 1, 1, 1},
         {"mb", 40, 28, 28, 240, 1, 1, 2},  {"mb", 240, 28, 28, 40, 1, 1, 1}, {"mb", 80, 14, 14, 480, 1, 1, 3},
         {"mb", 480, 14, 14, 112, 1, 1, 1}, {"mb", 1152, 7, 7, 320, 1, 1, 1}, {"mb", 320, 7, 7, 1280, 1, 1, 1},
+        {"mb", 960, 7, 7, 160, 1, 1, 1},   {"mb", 160, 7, 7, 960, 1, 1, 1},   {"mb", 32, 112, 112, 16, 1, 1, 1},
     };
     double df = 0, ds = 0;
     for (const auto& c : dw_cases) bench_conv(c, par, reps, peak, df, ds, true);
@@ -331,6 +339,7 @@ int main(int argc, char** argv) {
     double pf = 0, ps = 0;
     for (const auto& c : pw_cases) bench_conv(c, par, reps, peak, pf, ps);
     std::printf("mobile pointwise weighted: %.1f%% of peak (%.3f ms)\n", 100 * pf / ps * 1e-9 / peak, ps * 1e3);
+    if (only == "mobile") return 0;  // the depthwise and pointwise layers alone
     double rf = 0, rs = 0, yf = 0, ys = 0;
     for (const auto& c : cases) {
       if (std::strcmp(c.model, "r50") == 0) bench_conv(c, par, reps, peak, rf, rs);

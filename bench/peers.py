@@ -25,6 +25,10 @@ test suite (tests/python/test_framework_exports.py, with their --shape bindings)
   python3 bench/peers.py --models cnn-exports --threads 1,2
   python3 bench/peers.py --models zoo-seq,seq-exports --threads 1,2
 Prints a Markdown table per thread count and the geometric means of nnfuse/ORT and nnfuse/OpenVINO.
+
+--busy N runs N busy-loop processes while the engines are timed (not while nnfuse compiles): a
+shared machine where another tenant takes a core, made reproducible, e.g.
+  python3 bench/peers.py --models zoo-cnns --threads 2 --busy 1
 """
 import argparse
 import json
@@ -149,6 +153,7 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--atol", type=float, default=1e-5)
     ap.add_argument("--workdir", default="/tmp/nnfuse_peers")
+    ap.add_argument("--busy", type=int, default=0, help="busy-loop processes running while the engines are timed (a shared machine)")
     ap.add_argument("--no-profile", action="store_true", help="compile with --no-profile: the cost model picks conv algorithms (deterministic)")
     ap.add_argument("--child", nargs=4, metavar=("ENGINE", "MODEL", "THREADS", "RUNS"), help=argparse.SUPPRESS)
     ap.add_argument("--input", action="append", default=[], help=argparse.SUPPRESS)
@@ -168,44 +173,62 @@ def main():
         t0 = time.time()
         comp = run_json([a.cli, "compile", path, "-o", art, *(["--no-profile"] if a.no_profile else []), *shape_args, "--json"])
         compile_s = time.time() - t0
-        mem = comp["compile"]["memory"]
         in_args = [x for kv in inputs for x in ("--input", kv)]
-        for t in threads:
-            res = {e: {"ms": [], "cpu": []} for e in ("nnfuse", "ort", "openvino")}
-            outdirs = {e: os.path.join(a.workdir, f"{name}_t{t}_{e}") for e in res}
-            for r in range(a.rounds):
-                first = r == 0
-                for e in res:
-                    if e == "nnfuse":
-                        argv = [a.cli, "run", art, *in_args, "--threads", t, "--runs", a.runs + 1, "--json"]
-                        if first:
-                            argv += ["--outputs", outdirs[e]]
-                        j = run_json(argv)
-                        # nnfuse run reports the median/min of its runs; its per-run list is not printed,
-                        # so each round contributes its median (weighted by the run count).
-                        res[e]["ms"] += [j["latency_ms"]["median"]] * a.runs
-                        res[e]["cpu"] += [j.get("cpu_ms", {}).get("median", math.nan)] * a.runs
-                        if first:
-                            # nnfuse names files by output; rename to out<i> in graph-output order.
-                            for i, o in enumerate(j["outputs"]):
-                                os.replace(o["file"], os.path.join(outdirs[e], f"out{i}.npy"))
-                    else:
-                        argv = [sys.executable, os.path.abspath(__file__), "--child", e, path, t, a.runs,
-                                *[f"--input={kv}" for kv in inputs]]
-                        if first:
-                            argv += ["--out-dir", outdirs[e]]
-                        j = run_json(argv)
-                        res[e]["ms"] += j["ms"]
-                        res[e]["cpu"] += j["cpu_ms"]
-            ok_n, err_n = outputs_match(outdirs["nnfuse"], outdirs["ort"], a.rtol, a.atol)
-            ok_v, err_v = outputs_match(outdirs["openvino"], outdirs["ort"], a.rtol, a.atol)
-            med = {e: float(np.median(v["ms"])) for e, v in res.items()}
-            cpu = {e: float(np.median(v["cpu"])) for e, v in res.items()}
-            rows.append(dict(model=name, threads=t, **{f"{e}_ms": med[e] for e in med}, **{f"{e}_cpu": cpu[e] for e in cpu},
-                             vs_ort=med["nnfuse"] / med["ort"], vs_ov=med["nnfuse"] / med["openvino"],
-                             ok_nnfuse=ok_n, err_nnfuse=err_n, ok_ov=ok_v, err_ov=err_v, fallback=mem["fallback_blocks"],
-                             conv_algorithms=mem.get("conv_algorithms", {}).get("counts", {}), compile_s=compile_s))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(a.busy)]
+        try:
+            time_model(a, name, path, inputs, in_args, art, threads, comp, compile_s, rows)
+        finally:
+            for b in busy:
+                b.kill()
+                b.wait()
+    report(rows, threads, a.busy)
+
+
+def time_model(a, name, path, inputs, in_args, art, threads, comp, compile_s, rows):
+    """Times nnfuse, ORT and OpenVINO on one model at each thread count (interleaved rounds); appends a row each."""
+    mem = comp["compile"]["memory"]
+    for t in threads:
+        res = {e: {"ms": [], "cpu": []} for e in ("nnfuse", "ort", "openvino")}
+        outdirs = {e: os.path.join(a.workdir, f"{name}_t{t}_{e}") for e in res}
+        for r in range(a.rounds):
+            first = r == 0
+            for e in res:
+                if e == "nnfuse":
+                    argv = [a.cli, "run", art, *in_args, "--threads", t, "--runs", a.runs + 1, "--json"]
+                    if first:
+                        argv += ["--outputs", outdirs[e]]
+                    j = run_json(argv)
+                    # nnfuse run reports the median/min of its runs; its per-run list is not printed,
+                    # so each round contributes its median (weighted by the run count).
+                    res[e]["ms"] += [j["latency_ms"]["median"]] * a.runs
+                    res[e]["cpu"] += [j.get("cpu_ms", {}).get("median", math.nan)] * a.runs
+                    if first:
+                        # nnfuse names files by output; rename to out<i> in graph-output order.
+                        for i, o in enumerate(j["outputs"]):
+                            os.replace(o["file"], os.path.join(outdirs[e], f"out{i}.npy"))
+                else:
+                    argv = [sys.executable, os.path.abspath(__file__), "--child", e, path, t, a.runs,
+                            *[f"--input={kv}" for kv in inputs]]
+                    if first:
+                        argv += ["--out-dir", outdirs[e]]
+                    j = run_json(argv)
+                    res[e]["ms"] += j["ms"]
+                    res[e]["cpu"] += j["cpu_ms"]
+        ok_n, err_n = outputs_match(outdirs["nnfuse"], outdirs["ort"], a.rtol, a.atol)
+        ok_v, err_v = outputs_match(outdirs["openvino"], outdirs["ort"], a.rtol, a.atol)
+        med = {e: float(np.median(v["ms"])) for e, v in res.items()}
+        cpu = {e: float(np.median(v["cpu"])) for e, v in res.items()}
+        rows.append(dict(model=name, threads=t, **{f"{e}_ms": med[e] for e in med}, **{f"{e}_cpu": cpu[e] for e in cpu},
+                         vs_ort=med["nnfuse"] / med["ort"], vs_ov=med["nnfuse"] / med["openvino"],
+                         ok_nnfuse=ok_n, err_nnfuse=err_n, ok_ov=ok_v, err_ov=err_v, fallback=mem["fallback_blocks"],
+                         conv_algorithms=mem.get("conv_algorithms", {}).get("counts", {}), compile_s=compile_s))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+
+
+def report(rows, threads, busy):
+    """Markdown tables and geomeans per thread count; fails when nnfuse's outputs differ from ORT's."""
+    if busy:
+        print(f"\n(timed with {busy} busy-loop process(es) running)")
     geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
     for t in threads:
         sel = [r for r in rows if r["threads"] == t]
