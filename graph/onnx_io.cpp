@@ -32,8 +32,11 @@ ErrorContext in_file(const std::string& file) {
   return c;
 }
 
-// Versions we accept on import. IR 3 is the first with opset_import; IR 10 is ONNX 1.16+.
-constexpr int64_t kMinIr = 3, kMaxIr = 10;
+// Versions we accept on import. IR 3 is the first with opset_import. IR 11-14 (ONNX 1.17-1.23)
+// add element types and proto fields, nothing that changes what older fields mean: a model that
+// uses one of the new types is refused where the type appears (dtype_supported), and onnx 1.23's
+// make_model stamps IR 14 on every model, new features or not.
+constexpr int64_t kMinIr = 3, kMaxIr = 14;
 constexpr int64_t kMinOpset = 7, kMaxOpset = 21;
 
 // The lowest IR version each default-domain opset requires (onnx.helper.VERSION_TABLE).

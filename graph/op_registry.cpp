@@ -171,7 +171,14 @@ std::vector<Tensor> run_node(const Node& n, int64_t opset, const std::vector<con
     fail(ErrorKind::Model, "has " + std::to_string(inputs.size()) + " inputs; " + n.op_type + " takes " +
                                std::to_string(s.min_inputs) + (s.max_inputs < 0 ? " or more" : " to " + std::to_string(s.max_inputs)), ctx);
   KernelContext kc{n, opset, inputs, run_subgraph};
-  std::vector<Tensor> out = s.kernel(kc);
+  std::vector<Tensor> out;
+  try {
+    out = s.kernel(kc);
+  } catch (const Error& e) {
+    // An error from below the kernel (a tensor too large to allocate) names no node: name this one.
+    if (!e.context().node.empty()) throw;
+    throw Error(e.kind(), e.detail(), ctx);
+  }
   if (out.size() < n.outputs.size()) {
     // Kernels may produce fewer outputs than requested only when the missing ones are absent.
     for (size_t i = out.size(); i < n.outputs.size(); ++i)

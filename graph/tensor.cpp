@@ -5,6 +5,8 @@
 #include <limits>
 #include <type_traits>
 
+#include <unistd.h>
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -16,6 +18,36 @@ int64_t shape_numel(const Shape& s) {
   for (auto d : s) n *= d;
   return n;
 }
+
+namespace {
+// The largest tensor a Tensor allocates: NNFUSE_MAX_TENSOR_BYTES, or the machine's physical
+// memory. Larger requests are refused before allocating: with overcommit, malloc grants them and
+// the zero fill that follows is killed by the OOM killer instead of failing cleanly.
+size_t max_tensor_bytes() {
+  static const size_t cap = [] {
+    if (const char* e = std::getenv("NNFUSE_MAX_TENSOR_BYTES"); e && *e) {
+      char* end = nullptr;
+      unsigned long long v = std::strtoull(e, &end, 10);
+      if (end && *end == 0 && v > 0) return size_t(v);
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(1) << 40;
+  }();
+  return cap;
+}
+
+// numel * element size, failing (naming the shape) where it overflows or passes the cap.
+size_t checked_tensor_bytes(const Shape& shape, size_t es, DType dtype) {
+  uint64_t bytes = es;
+  bool overflow = false;
+  for (auto d : shape) overflow |= __builtin_mul_overflow(bytes, uint64_t(d), &bytes);
+  if (overflow || bytes > max_tensor_bytes())
+    fail(ErrorKind::Shape, "tensor of shape " + shape_str(shape) + " (" + dtype_name(dtype) + ") needs " +
+                               (overflow ? std::string("more than 2^64") : std::to_string(bytes)) + " bytes, over the limit of " +
+                               std::to_string(max_tensor_bytes()) + " (physical memory, or NNFUSE_MAX_TENSOR_BYTES)");
+  return size_t(bytes);
+}
+}  // namespace
 
 std::string shape_str(const Shape& s) {
   std::string r = "[";
@@ -46,7 +78,7 @@ Tensor::Tensor(DType dtype, Shape shape, NoFill) : dtype_(dtype), shape_(std::mo
     if (d < 0) fail(ErrorKind::Shape, "tensor shape " + shape_str(shape_) + " has a negative dimension");
   size_t es = dtype_size(dtype);
   if (es == 0) fail(ErrorKind::Unsupported, std::string("tensors of dtype ") + dtype_name(dtype) + " are not supported");
-  size_t bytes = size_t(numel()) * es;
+  const size_t bytes = checked_tensor_bytes(shape_, es, dtype);
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
   // Plain malloc with 64 bytes of slack, aligned by hand, rather than aligned_alloc: glibc's

@@ -170,6 +170,33 @@ def test_usage_errors_exit_2(args, needle):
     assert p.stdout == ""
 
 
+def test_hostile_sizes_and_new_ir_versions(tmp_path):
+    """Issue 20: a Range to 2^62 crashed both targets (its byte count wrapped around); a model that
+    onnx 1.23's make_model stamps IR 14 was refused although it needs nothing newer."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    relu = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+    relu.ir_version = 14
+    path = tmp_path / "ir14.onnx"
+    onnx.save(relu, str(path))
+    for target in ("reference", "host"):
+        nnfuse("run", path, "--target", target, check=0)
+    ints = [helper.make_tensor(n, TensorProto.INT64, [], [v]) for n, v in (("a", 0), ("b", 2 ** 62), ("c", 1))]
+    out = helper.make_tensor_value_info("r", TensorProto.INT64, None)
+    rng = helper.make_model(helper.make_graph([helper.make_node("Range", ["a", "b", "c"], ["r"], name="huge")], "g", [], [out],
+                                              initializer=ints), opset_imports=[helper.make_opsetid("", 13)])
+    rng.ir_version = 8
+    path = tmp_path / "range.onnx"
+    onnx.save(rng, str(path))
+    p = nnfuse("run", path, "--target", "reference")
+    assert p.returncode == 1, p.stderr
+    assert_one_line_error(p, "'huge'", "Range", "[4611686018427387904]", "more than 2^64 bytes")
+    p = nnfuse("run", path, "--target", "host")
+    assert p.returncode == 1, p.stderr
+    assert_one_line_error(p, "model output 'r'", "[4611686018427387904]", "more than 2^64 bytes")
+
+
 # ---------------------------------------------------------------- inspect
 
 def test_inspect_text_symbolic_batch(convnet):

@@ -427,6 +427,16 @@ TEST_CASE("onnx: nodes may come in any order; symbolic dims are kept", "[onnx]")
   CHECK(back.graph.type("z").dims[0].symbol == "batch");
 }
 
+TEST_CASE("onnx: IR versions 11-14 import (onnx 1.23's make_model writes 14)", "[onnx]") {
+  for (int64_t ir : {11, 14}) {
+    Model m = load_model_bytes(model_bytes(relu_graph(), 21, ir), {}, "", "ir.onnx");
+    CHECK(m.ir_version == ir);
+    CHECK(m.graph.num_nodes() == 1);
+    Model back = load_model_bytes(save_model_bytes(m));  // and export keeps it
+    CHECK(back.ir_version == ir);
+  }
+}
+
 TEST_CASE("onnx: Constant value_* forms become a value tensor", "[onnx]") {
   GraphMsg g;
   Msg a;  // AttributeProto{1 name, 8 ints, 20 type=INTS(7)}
@@ -509,6 +519,10 @@ TEST_CASE("onnx: malformed models give errors naming what is at fault", "[onnx]"
   SECTION("IR version 2") {
     auto msg = error_of([&] { load_model_bytes(model_bytes(relu_graph(), 17, 2), {}, "", "ir2.onnx"); }, ErrorKind::Unsupported);
     CHECK_THAT(msg, Catch::Contains("ir2.onnx") && Catch::Contains("IR version 2"));
+  }
+  SECTION("IR version 15 (newer than any onnx release we know)") {
+    auto msg = error_of([&] { load_model_bytes(model_bytes(relu_graph(), 17, 15), {}, "", "ir15.onnx"); }, ErrorKind::Unsupported);
+    CHECK_THAT(msg, Catch::Contains("ir15.onnx") && Catch::Contains("IR version 15") && Catch::Contains("3 to 14"));
   }
   SECTION("produced twice") {
     GraphMsg g = relu_graph();

@@ -135,6 +135,30 @@ TEST_CASE("Squeeze and Unsqueeze: attribute (< 13) and input (>= 13) forms, nega
   CHECK(run1("Unsqueeze", {v, I64({2}, {0, -1})}, {}, 13).shape() == Shape{1, 3, 1});
 }
 
+TEST_CASE("Range and ConstantOfShape past any memory fail before allocating, naming the node and shape", "[ops][tensor][malformed]") {
+  // Range to 2^62 (issue 20: it crashed, its byte count wrapping around to a tiny buffer), and a
+  // ConstantOfShape whose dims multiply past 2^63.
+  const std::vector<Tensor> range_in = {Tensor::scalar<int64_t>(0), Tensor::scalar<int64_t>(int64_t(1) << 62), Tensor::scalar<int64_t>(1)};
+  const std::vector<Tensor> cos_in = {I64({3}, {int64_t(1) << 31, int64_t(1) << 31, int64_t(1) << 31})};
+  for (const auto* c : {&range_in, &cos_in}) {
+    const std::string op = c == &range_in ? "Range" : "ConstantOfShape";
+    try {
+      run1(op, *c);
+      FAIL(op << " ran");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::Shape);
+      CHECK_THAT(e.what(), Catch::Contains("test_" + op) && Catch::Contains("op " + op) && Catch::Contains("needs more than 2^64 bytes"));
+    }
+  }
+  // Within 2^64 bytes but past the cap (physical memory unless NNFUSE_MAX_TENSOR_BYTES says).
+  try {
+    Tensor t(DType::Float32, {int64_t(1) << 40, 1024});
+    FAIL("allocated 4 PiB");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("[1099511627776,1024]") && Catch::Contains("4503599627370496 bytes") && Catch::Contains("over the limit"));
+  }
+}
+
 TEST_CASE("ConstantOfShape, Range, EyeLike, Trilu", "[ops][tensor]") {
   Tensor c = run1("ConstantOfShape", {I64({2}, {2, 3})}, A2::attrs({{"value", A::t(Tensor::from_vector<int32_t>({1}, {7}))}}));
   CHECK(c.dtype() == DType::Int32);
