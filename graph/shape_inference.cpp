@@ -106,6 +106,15 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       const std::string& o = n.outputs[k];
       if (o.empty() || k >= res.outputs.size()) continue;
+      // A static shape whose element count passes 2^63 (an Expand, Tile or Range asking for it)
+      // is refused here, where the node is known; later it would wrap around in sizes and plans.
+      if (res.outputs[k].is_static()) {
+        try {
+          (void)res.outputs[k].numel();
+        } catch (const Error& e) {
+          fail(e.kind(), "output '" + o + "': " + e.detail(), {"", 0, 0, n.label(), n.op_type, int(opset)});
+        }
+      }
       g.set_type(o, merge(g.type(o), res.outputs[k], n, o, opt.strict));
       if (k < res.dim_values.size() && res.dim_values[k]) {
         dimvals[o] = *res.dim_values[k];

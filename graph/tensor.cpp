@@ -15,7 +15,11 @@ namespace nnfuse {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  bool overflow = false;
+  for (auto d : s) overflow |= __builtin_mul_overflow(n, d, &n);
+  // A product past 2^63 wrapped around to a small or zero count: a model that asks for such a
+  // tensor gets an error, not a tiny buffer or a reduction over nothing.
+  if (overflow) fail(ErrorKind::Shape, "shape " + shape_str(s) + " has more than 2^63 elements");
   return n;
 }
 

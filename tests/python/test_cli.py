@@ -195,6 +195,24 @@ def test_hostile_sizes_and_new_ir_versions(tmp_path):
     p = nnfuse("run", path, "--target", "host")
     assert p.returncode == 1, p.stderr
     assert_one_line_error(p, "model output 'r'", "[4611686018427387904]", "more than 2^64 bytes")
+    # An Expand past 2^63 elements feeding a ReduceSum: the count wrapped around to 0, and the
+    # host target answered 0 with exit 0.
+    shape = helper.make_tensor("s", TensorProto.INT64, [3], [2 ** 31, 2 ** 31, 4])
+    axes = helper.make_tensor("ax", TensorProto.INT64, [3], [0, 1, 2])
+    one = helper.make_tensor("one", TensorProto.INT64, [1], [1])
+    y1 = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    exp = helper.make_model(helper.make_graph(
+        [helper.make_node("Expand", ["x", "s"], ["e"], name="big_expand"),
+         helper.make_node("ReduceSum", ["e", "ax"], ["r"], keepdims=0), helper.make_node("Reshape", ["r", "one"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], [y1], initializer=[shape, axes, one]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    exp.ir_version = 8
+    path = tmp_path / "expand.onnx"
+    onnx.save(exp, str(path))
+    for target in ("reference", "host"):
+        p = nnfuse("run", path, "--target", target)
+        assert p.returncode == 1, p.stderr
+        assert_one_line_error(p, "expand.onnx", "'big_expand'", "Expand", "output 'e'", "[2147483648,2147483648,4]", "more than 2^63 elements")
 
 
 # ---------------------------------------------------------------- inspect
