@@ -131,7 +131,14 @@ ResizeShape resize_shape(const Node& n, int64_t opset, const ResizeAttrs& a, con
     size_t ax = size_t(axes[i]);
     if (scales[i] <= 0) fail(ErrorKind::Shape, "Resize: scale " + std::to_string(scales[i]) + " must be positive", ec);
     rs.scales[ax] = scales[i];
-    if (in[ax].known()) rs.out[ax] = Dim(int64_t(std::floor(float(in[ax].value) * scales[i])));
+    if (in[ax].known()) {
+      // Checked before the conversion: a size past int64 (scale 1e30) converts to garbage.
+      const double m = std::floor(double(float(in[ax].value) * scales[i]));
+      if (!(m < 0x1p62))
+        fail(ErrorKind::Shape, "Resize: axis " + std::to_string(ax) + " of size " + std::to_string(in[ax].value) + " times scale " +
+                                   std::to_string(scales[i]) + " is past 2^62", ec);
+      rs.out[ax] = Dim(int64_t(m));
+    }
     else if (scales[i] != 1.0f) rs.out[ax] = Dim{};
   }
   rs.known = true;

@@ -213,6 +213,27 @@ def test_hostile_sizes_and_new_ir_versions(tmp_path):
         p = nnfuse("run", path, "--target", target)
         assert p.returncode == 1, p.stderr
         assert_one_line_error(p, "expand.onnx", "'big_expand'", "Expand", "output 'e'", "[2147483648,2147483648,4]", "more than 2^63 elements")
+    # Tile, ConstantOfShape and Resize past any size (a scale of 1e30 converted to garbage).
+    x4 = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])
+    yn = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    cases = {
+        "huge_tile": ([x4], helper.make_node("Tile", ["x", "k"], ["y"], name="huge_tile"),
+                      helper.make_tensor("k", TensorProto.INT64, [4], [1, 1, 2 ** 40, 2 ** 40]), "more than 2^63 elements"),
+        "huge_cos": ([], helper.make_node("ConstantOfShape", ["k"], ["y"], name="huge_cos"),
+                     helper.make_tensor("k", TensorProto.INT64, [2], [2 ** 40, 2 ** 40]), "more than 2^63 elements"),
+        "huge_resize": ([x4], helper.make_node("Resize", ["x", "", "k"], ["y"], name="huge_resize"),
+                        helper.make_tensor("k", TensorProto.FLOAT, [4], [1, 1, 1e30, 1e30]), "past 2^62"),
+    }
+    for name, (inputs, node, init, needle) in cases.items():
+        m = helper.make_model(helper.make_graph([node], "g", inputs, [yn], initializer=[init]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(m, str(path))
+        for target in ("reference", "host"):
+            p = nnfuse("run", path, "--target", target)
+            assert p.returncode == 1, p.stderr
+            assert_one_line_error(p, f"{name}.onnx", f"'{name}'", node.op_type, needle)
 
 
 # ---------------------------------------------------------------- inspect
