@@ -23,19 +23,28 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins until ready() or kSpin has passed; returns ready(). After the first few microseconds each
-// turn yields the CPU: when the scheduler has put the thread we wait for on our CPU (it does, for
-// seconds at a time on a shared VM), a plain spin kept it off the CPU until the spin ran out, at
-// every stage, and two threads ran a model slower than one (MobileNetV2: 8.6 ms against 7.7).
-// Where the other thread has a CPU of its own, sched_yield returns at once.
+// After this long a spin yields the CPU on every turn: when the scheduler has put the thread we
+// wait for on our CPU (it does, for seconds at a time on a shared VM), a plain spin kept it off
+// the CPU until the spin ran out, at every stage, and two threads ran a model slower than one
+// (MobileNetV2: 8.6 ms against 7.7). Where the other thread has a CPU of its own, sched_yield
+// returns at once, but it is a system call: yielding from the first microseconds made the small
+// stages of tiny models 2-4x slower at 2 threads, so short waits spin.
+constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
+
+// Spins until ready() or kSpin has passed; returns ready().
 template <class Ready>
 bool spin_until(const Ready& ready) {
-  const auto end = std::chrono::steady_clock::now() + kSpin;
+  const auto start = std::chrono::steady_clock::now();
+  bool yielding = false;
   for (int i = 0;; ++i) {
     if (ready()) return true;
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() >= end) return ready();
-    if (i < 256) cpu_relax();
-    else std::this_thread::yield();
+    if ((i & 63) == 63) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited >= kSpin) return ready();
+      yielding = waited >= kSpinBeforeYield;
+    }
+    if (yielding) std::this_thread::yield();
+    else cpu_relax();
   }
 }
 }  // namespace
@@ -100,7 +109,9 @@ namespace {
 // with one counter the chunks fell to the threads at random, and half of every stage's input
 // came from the other core's cache (2.6x slower to read than one's own, measured on a 2-core VM).
 struct Loop {
-  static constexpr int kMaxParts = 64;
+  // More threads share ranges (participant j runs range j % 8 first). A range per thread on a
+  // 64-thread pool made every Loop 4 KiB, and allocating it tripled the cost of an empty loop.
+  static constexpr int kMaxParts = 8;
   int64_t n = 0, chunks = 0, chunk = 0;
   int parts = 1;
   nnfuse_range_fn fn = nullptr;
@@ -120,19 +131,21 @@ struct Loop {
       range[j].end = chunks * (j + 1) / parts;
     }
   }
-  // Runs chunks of range j until it is empty; returns whether it ran any.
-  bool drain(int j) {
-    bool ran = false;
+  // Runs chunks of range j until it is empty. The chunks it ran count as done when it stops (one
+  // shared atomic add per range, not per chunk: per chunk, the cache line crossing between cores
+  // cost microseconds per loop on tiny stages).
+  void drain(int j) {
+    int64_t ran = 0;
     for (;;) {
-      const int64_t k = range[j].next.fetch_add(1);
-      if (k >= range[j].end) return ran;
-      ran = true;
+      const int64_t k = range[j].next.fetch_add(1, std::memory_order_relaxed);
+      if (k >= range[j].end) break;
+      ++ran;
       const int64_t b = k * chunk, e = std::min(n, b + chunk);
       fn(arg, b, e);
-      if (done.fetch_add(1) + 1 == chunks) {
-        std::lock_guard<std::mutex> lock(mu);
-        cv.notify_all();
-      }
+    }
+    if (ran > 0 && done.fetch_add(ran) + ran == chunks) {
+      std::lock_guard<std::mutex> lock(mu);
+      cv.notify_all();
     }
   }
   // Participant `self`: its own range, then the others'.
@@ -151,9 +164,9 @@ void ThreadPool::parallel_for(int64_t n, nnfuse_range_fn fn, void* arg) {
   }
   auto loop = std::make_shared<Loop>();
   loop->n = n;
-  // Many small chunks balance uneven tasks (a conv's 9 tasks of which 3 are half-size) at one
-  // atomic add each: every item is its own chunk up to 16 per thread.
-  loop->chunks = std::min<int64_t>(n, int64_t(threads_) * 16);
+  // Small chunks balance uneven tasks (a conv's 9 tasks of which 3 are half-size, which 4 chunks
+  // per thread made 5 chunks of 2): every item is its own chunk, up to 8 per thread.
+  loop->chunks = std::min<int64_t>(n, int64_t(threads_) * 8);
   loop->chunk = (n + loop->chunks - 1) / loop->chunks;
   loop->chunks = (n + loop->chunk - 1) / loop->chunk;
   loop->fn = fn;

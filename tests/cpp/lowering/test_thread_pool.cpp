@@ -40,9 +40,9 @@ TEST_CASE("thread pool: parallel_for runs every index exactly once", "[runtime][
       pool.parallel_for(n, &Counts::body, &c);
       INFO("threads " << threads << ", n " << n);
       CHECK(c.each_once());
-      // Up to 16 chunks per thread: small loops are one chunk per item, large ones are chunked.
-      CHECK(c.calls.load() <= std::max<int64_t>(1, std::min<int64_t>(n, 16 * threads)));
-      if (threads > 1 && n <= 16 * threads) CHECK(c.calls.load() == n);
+      // Up to 8 chunks per thread: small loops are one chunk per item, large ones are chunked.
+      CHECK(c.calls.load() <= std::max<int64_t>(1, std::min<int64_t>(n, 8 * threads)));
+      if (threads > 1 && n <= 8 * threads) CHECK(c.calls.load() == n);
     }
   }
 }
