@@ -23,7 +23,6 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-namespace {
 // The largest tensor a Tensor allocates: NNFUSE_MAX_TENSOR_BYTES, or the machine's physical
 // memory. Larger requests are refused before allocating: with overcommit, malloc grants them and
 // the zero fill that follows is killed by the OOM killer instead of failing cleanly.
@@ -40,6 +39,7 @@ size_t max_tensor_bytes() {
   return cap;
 }
 
+namespace {
 // numel * element size, failing (naming the shape) where it overflows or passes the cap.
 size_t checked_tensor_bytes(const Shape& shape, size_t es, DType dtype) {
   uint64_t bytes = es;
@@ -52,6 +52,8 @@ size_t checked_tensor_bytes(const Shape& shape, size_t es, DType dtype) {
   return size_t(bytes);
 }
 }  // namespace
+
+size_t tensor_bytes_checked(DType dtype, const Shape& shape) { return checked_tensor_bytes(shape, dtype_size(dtype), dtype); }
 
 std::string shape_str(const Shape& s) {
   std::string r = "[";

@@ -12,7 +12,12 @@ namespace nnfuse {
 
 using Shape = std::vector<int64_t>;
 
-int64_t shape_numel(const Shape& s);
+int64_t shape_numel(const Shape& s);  // fails (Shape error) past 2^63 elements
+// The largest tensor nnfuse allocates: NNFUSE_MAX_TENSOR_BYTES, or the machine's physical memory.
+size_t max_tensor_bytes();
+// Bytes of a tensor of `shape`, failing (Shape error naming the shape) where they overflow or pass
+// max_tensor_bytes(): checked before anything is allocated or planned.
+size_t tensor_bytes_checked(DType dtype, const Shape& shape);
 std::string shape_str(const Shape& s);  // "[1,3,224,224]"
 // Row-major strides in elements.
 std::vector<int64_t> shape_strides(const Shape& s);

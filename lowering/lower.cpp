@@ -229,7 +229,11 @@ struct Lowerer {
     b.dtype = dt;
     b.shape = std::move(shape);
     b.kind = kind;
-    b.bytes = shape_numel(b.shape) * int64_t(dtype_size(dt));
+    try {
+      b.bytes = int64_t(tensor_bytes_checked(dt, b.shape));
+    } catch (const Error& e) {
+      fail(e.kind(), "value '" + value + "': " + e.detail());
+    }
     mod.buffers.push_back(b);
     if (!value.empty()) buf_of[value] = b.id;
     return b.id;
@@ -1363,6 +1367,9 @@ struct Lowerer {
       live.erase(std::remove_if(live.begin(), live.end(), [&](const Block& l) { return mod.buffers[size_t(l.buf)].last <= s; }),
                  live.end());
     }
+    if (uint64_t(peak) > max_tensor_bytes())
+      fail(ErrorKind::Shape, "the activations need an arena of " + std::to_string(peak) + " bytes, over the limit of " +
+                                 std::to_string(max_tensor_bytes()) + " (physical memory, or NNFUSE_MAX_TENSOR_BYTES)");
     mod.arena_bytes = peak;
     mod.naive_bytes = 0;
     for (auto& B : mod.buffers)

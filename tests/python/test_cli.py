@@ -194,7 +194,7 @@ def test_hostile_sizes_and_new_ir_versions(tmp_path):
     assert_one_line_error(p, "'huge'", "Range", "[4611686018427387904]", "more than 2^64 bytes")
     p = nnfuse("run", path, "--target", "host")
     assert p.returncode == 1, p.stderr
-    assert_one_line_error(p, "model output 'r'", "[4611686018427387904]", "more than 2^64 bytes")
+    assert_one_line_error(p, "value 'r'", "[4611686018427387904]", "more than 2^64 bytes")
     # An Expand past 2^63 elements feeding a ReduceSum: the count wrapped around to 0, and the
     # host target answered 0 with exit 0.
     shape = helper.make_tensor("s", TensorProto.INT64, [3], [2 ** 31, 2 ** 31, 4])
@@ -213,6 +213,14 @@ def test_hostile_sizes_and_new_ir_versions(tmp_path):
         p = nnfuse("run", path, "--target", target)
         assert p.returncode == 1, p.stderr
         assert_one_line_error(p, "expand.onnx", "'big_expand'", "Expand", "output 'e'", "[2147483648,2147483648,4]", "more than 2^63 elements")
+    # Under 2^63 elements but 2^63 bytes: the host target's memory plan overflowed (SIGSEGV).
+    exp.graph.initializer[0].CopyFrom(helper.make_tensor("s", TensorProto.INT64, [2], [2 ** 31, 2 ** 30]))
+    exp.graph.initializer[1].CopyFrom(helper.make_tensor("ax", TensorProto.INT64, [2], [0, 1]))
+    path = tmp_path / "expand2.onnx"
+    onnx.save(exp, str(path))
+    p = nnfuse("run", path, "--target", "host")
+    assert p.returncode == 1, p.stderr
+    assert_one_line_error(p, "value 'e'", "[2147483648,1073741824]", "9223372036854775808 bytes", "over the limit")
     # Tile, ConstantOfShape and Resize past any size (a scale of 1e30 converted to garbage).
     x4 = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])
     yn = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
