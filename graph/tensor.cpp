@@ -39,10 +39,8 @@ size_t max_tensor_bytes() {
   return cap;
 }
 
-namespace {
-// numel * element size, failing (naming the shape) where it overflows or passes the cap.
-size_t checked_tensor_bytes(const Shape& shape, size_t es, DType dtype) {
-  uint64_t bytes = es;
+size_t tensor_bytes_checked(DType dtype, const Shape& shape) {
+  uint64_t bytes = dtype_size(dtype);
   bool overflow = false;
   for (auto d : shape) overflow |= __builtin_mul_overflow(bytes, uint64_t(d), &bytes);
   if (overflow || bytes > max_tensor_bytes())
@@ -51,9 +49,6 @@ size_t checked_tensor_bytes(const Shape& shape, size_t es, DType dtype) {
                                std::to_string(max_tensor_bytes()) + " (physical memory, or NNFUSE_MAX_TENSOR_BYTES)");
   return size_t(bytes);
 }
-}  // namespace
-
-size_t tensor_bytes_checked(DType dtype, const Shape& shape) { return checked_tensor_bytes(shape, dtype_size(dtype), dtype); }
 
 std::string shape_str(const Shape& s) {
   std::string r = "[";
@@ -84,7 +79,7 @@ Tensor::Tensor(DType dtype, Shape shape, NoFill) : dtype_(dtype), shape_(std::mo
     if (d < 0) fail(ErrorKind::Shape, "tensor shape " + shape_str(shape_) + " has a negative dimension");
   size_t es = dtype_size(dtype);
   if (es == 0) fail(ErrorKind::Unsupported, std::string("tensors of dtype ") + dtype_name(dtype) + " are not supported");
-  const size_t bytes = checked_tensor_bytes(shape_, es, dtype);
+  const size_t bytes = tensor_bytes_checked(dtype, shape_);
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
   // Plain malloc with 64 bytes of slack, aligned by hand, rather than aligned_alloc: glibc's

@@ -390,12 +390,7 @@ TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_
         break;
       case BufferKind::Activation: ptrs[size_t(B.id)] = base + B.offset; break;
       case BufferKind::Output: {
-        Tensor t;
-        try {
-          t = Tensor(B.dtype, B.shape);
-        } catch (const Error& e) {
-          fail(e.kind(), "model output '" + B.value + "': " + e.detail());
-        }
+        Tensor t(B.dtype, B.shape);  // its size was checked when the buffer was planned
         ptrs[size_t(B.id)] = t.raw();
         outputs[B.id] = t;
         break;

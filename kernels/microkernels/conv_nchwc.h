@@ -324,7 +324,9 @@ inline bool conv_pixel_interior(const ConvGeom& g, int64_t oh, int64_t ow) {
 // the pointwise conv that feeds it (the same test on its channel count). One thread keeps the
 // channel-major order: it has no other core to keep data from, and the first layers of
 // MobileNetV2 ran 5-18% slower pixels-first.
-inline bool conv_pixels_outermost(int64_t K, int64_t taps, int64_t H, int64_t W) { return K * taps <= H * W; }
+inline bool conv_pixels_outermost(int64_t threads, int64_t K, int64_t taps, int64_t H, int64_t W) {
+  return threads > 1 && K * taps <= H * W;
+}
 
 // One task: output blocks [kb0, kb0 + OCB) of image n, pixels [q0, q1) of the flattened plane. The
 // input-channel chunk is the outer loop, so its weight panel comes from memory once per task and
@@ -444,7 +446,7 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   const int64_t want = 4 * std::max<int64_t>(1, a.threads), nseg_want = std::max<int64_t>(1, ceil_div(want, a.N * kgroups));
   const int64_t qseg = std::min(qmax, ceil_div(ceil_div(P, nseg_want), UR) * UR), nseg = ceil_div(P, qseg);
   const int64_t tasks = a.N * kgroups * nseg;
-  const bool pixels_outer = a.threads > 1 && conv_pixels_outermost(a.K, a.KH * a.KW, a.H, a.W);
+  const bool pixels_outer = conv_pixels_outermost(a.threads, a.K, a.KH * a.KW, a.H, a.W);
   par(tasks, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t n = t / (nseg * kgroups), i = t % (nseg * kgroups);
@@ -521,7 +523,7 @@ void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParF
   const int64_t Cb = nchwc_blocks(a.C, L), tiles = ceil_div(a.OW, int64_t(UR));
   const int64_t Wp = (tiles * UR - 1) * S + KW;  // padded row: every tile's taps, in pixels
   const int64_t left = std::min(a.pad_left, Wp), mid = std::max<int64_t>(0, std::min(a.W, Wp - left));
-  const bool rows_outer = a.threads > 1 && conv_pixels_outermost(a.C, 1, a.H, a.W);
+  const bool rows_outer = conv_pixels_outermost(a.threads, a.C, 1, a.H, a.W);
   par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     float* xpad = thread_scratch(ScratchSlot::DepthwiseRows, a.KH * Wp * L);
     for (int64_t t = lo; t < hi; ++t) {
@@ -606,7 +608,7 @@ void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& pa
   // width, so it never gets here).
   if constexpr (dw_generic_used<Arch, CC>()) {
     const int64_t Cb = nchwc_blocks(a.C, L);
-    const bool rows_outer = a.threads > 1 && conv_pixels_outermost(a.C, 1, a.H, a.W);
+    const bool rows_outer = conv_pixels_outermost(a.threads, a.C, 1, a.H, a.W);
     par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
       for (int64_t t = lo; t < hi; ++t) {
         int64_t oh, row, cb;
