@@ -39,6 +39,18 @@ size_t max_tensor_bytes() {
   return cap;
 }
 
+int64_t max_loop_iterations() {
+  static const int64_t cap = [] {
+    if (const char* e = std::getenv("NNFUSE_MAX_LOOP_ITERATIONS"); e && *e) {
+      char* end = nullptr;
+      long long v = std::strtoll(e, &end, 10);
+      if (end && *end == 0 && v > 0) return int64_t(v);
+    }
+    return int64_t(100000000);
+  }();
+  return cap;
+}
+
 size_t tensor_bytes_checked(DType dtype, const Shape& shape) {
   uint64_t bytes = dtype_size(dtype);
   bool overflow = false;
@@ -184,10 +196,13 @@ Tensor Tensor::cast(DType to) const {
         if constexpr (std::is_same_v<S, D>) {
           d[i] = s[i];
         } else if constexpr (std::is_arithmetic_v<S> && std::is_arithmetic_v<D>) {
-          if constexpr (std::is_same_v<D, bool>) d[i] = s[i] != S(0);
+          // SZ is S, written dependent on D: clang checks an expression that depends on neither
+          // lambda's parameter even in a discarded branch, where S(0) does not exist for Half.
+          using SZ = std::conditional_t<std::is_same_v<D, D>, S, void>;
+          if constexpr (std::is_same_v<D, bool>) d[i] = s[i] != SZ(0);
           else if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
             // NaN and out-of-range values are undefined in C++; saturate them deterministically.
-            double v = double(s[i]);
+            double v = double(SZ(s[i]));
             d[i] = v != v ? D(0) : (v >= double(std::numeric_limits<D>::max()) ? std::numeric_limits<D>::max()
                                      : v <= double(std::numeric_limits<D>::lowest()) ? std::numeric_limits<D>::lowest() : D(v));
           } else d[i] = D(s[i]);

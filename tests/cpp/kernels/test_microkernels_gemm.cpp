@@ -115,7 +115,8 @@ TEST_CASE("gemm_packed: panels of 1 to 7 valid rows (the small-row kernels) and 
   }
   // A [S, M, K] MatMul with the packed [K, N]: batches folded into S*M rows (one pass over B),
   // and a batch stride with a gap between batches (not foldable); the epilogue's rows stay b*M + m.
-  for (auto [S, M, gap] : {std::tuple<int64_t, int64_t, int64_t>{6, 1, 0}, {4, 3, 0}, {3, 2, 5}}) {
+  for (auto [S_, M_, gap] : {std::tuple<int64_t, int64_t, int64_t>{6, 1, 0}, {4, 3, 0}, {3, 2, 5}}) {
+    const int64_t S = S_, M = M_;  // lambdas below capture them (clang 14 cannot capture bindings)
     INFO("S=" << S << " M=" << M << " gap=" << gap);
     const int64_t a_bs = M * K + gap;
     Tensor Ag = random_tensor({S * a_bs}, 40 + uint64_t(S));

@@ -79,7 +79,8 @@ TEST_CASE("pool2d max and average match MaxPool/AveragePool", "[microkernels][po
 }
 
 TEST_CASE("global_pool2d matches GlobalAveragePool/GlobalMaxPool", "[microkernels][pool]") {
-  for (auto [N, C, H, W] : std::vector<std::array<int64_t, 4>>{{1, 1, 1, 1}, {2, 7, 7, 7}, {1, 17, 3, 43}, {1, 3, 129, 1}}) {
+  for (const auto& d : std::vector<std::array<int64_t, 4>>{{1, 1, 1, 1}, {2, 7, 7, 7}, {1, 17, 3, 43}, {1, 3, 129, 1}}) {
+    const int64_t N = d[0], C = d[1], H = d[2], W = d[3];  // captured below: no structured binding (clang 14)
     INFO("N" << N << " C" << C << " H" << H << " W" << W);
     Tensor X = random_tensor({N, C, H, W}, uint64_t(N * 1000 + C * 10 + H));
     for (bool is_max : {false, true}) {
@@ -156,7 +157,8 @@ TEST_CASE("reduce reads a strided reduced axis", "[microkernels][reduce]") {
 }
 
 TEST_CASE("softmax and log-softmax over the last axis match Softmax/LogSoftmax", "[microkernels][softmax]") {
-  for (auto [rows, len] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {17, 17}, {5, 129}, {2, 1000}}) {
+  for (auto [rows_, len_] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {17, 17}, {5, 129}, {2, 1000}}) {
+    const int64_t rows = rows_, len = len_;  // captured below (clang 14 cannot capture bindings)
     for (bool log : {false, true})
       for (bool pro : {false, true}) {
         INFO("rows " << rows << " len " << len << " log " << log << " prologue " << pro);
@@ -187,7 +189,8 @@ TEST_CASE("softmax runs in place", "[microkernels][softmax]") {
 
 TEST_CASE("layernorm over the last axis matches LayerNormalization (with a residual-add prologue)",
           "[microkernels][layernorm]") {
-  for (auto [rows, len] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {17, 17}, {5, 129}, {2, 768}}) {
+  for (auto [rows_, len_] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 7}, {17, 17}, {5, 129}, {2, 768}}) {
+    const int64_t rows = rows_, len = len_;  // captured below (clang 14 cannot capture bindings)
     for (bool pro : {false, true}) {
       INFO("rows " << rows << " len " << len << " residual prologue " << pro);
       Tensor X = random_tensor({rows, len}, uint64_t(rows + len), -3.f, 5.f);
