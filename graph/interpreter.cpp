@@ -132,7 +132,12 @@ TensorMap random_feeds(const Graph& g, uint64_t seed) {
     const TensorType& t = g.type(name);
     if (!t.is_static())
       fail(ErrorKind::Invalid, "input '" + name + "' has shape " + t.str() + ": bind its dims with --shape " + name + "=...");
-    Tensor x(t.dtype, t.static_shape());
+    Tensor x;
+    try {
+      x = Tensor(t.dtype, t.static_shape());
+    } catch (const Error& e) {
+      fail(e.kind(), "input '" + name + "': " + e.detail());
+    }
     dispatch_dtype(t.dtype, [&](auto tag) {
       using T = decltype(tag);
       T* p = static_cast<T*>(x.raw());

@@ -164,6 +164,12 @@ Tensor load_npy(const std::string& path) {
   if (!f) fail(ErrorKind::Io, "cannot open .npy file for reading", ctx);
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (f.bad()) fail(ErrorKind::Io, "error while reading the file", ctx);
+  return load_npy_bytes(bytes, path);
+}
+
+Tensor load_npy_bytes(const std::string& bytes, const std::string& path) {
+  ErrorContext ctx;
+  ctx.file = path;
   if (bytes.size() < kMagicLen + 2 || bytes.compare(0, kMagicLen, kMagic, kMagicLen) != 0)
     bad_header(path, "the file does not start with the .npy magic \"\\x93NUMPY\"");
   const unsigned major = static_cast<unsigned char>(bytes[6]), minor = static_cast<unsigned char>(bytes[7]);
@@ -199,8 +205,11 @@ Tensor load_npy(const std::string& path) {
       fail(ErrorKind::Invalid,
            "fortran_order is True: only C-order arrays are supported (save with np.ascontiguousarray)", ctx);
   }
-  Tensor t(dt, shape);
-  size_t want = t.nbytes();
+  // The size the header claims is checked against the file before anything is allocated: a
+  // 100-byte file claiming a terabyte is an error, not an allocation.
+  const size_t want = size_t(numel) * dtype_size(dt);
+  if (numel > 0 && want / size_t(numel) != dtype_size(dt))
+    fail(ErrorKind::Invalid, "shape " + shape_str(shape) + " of " + dtype_name(dt) + " is too large", ctx);
   if (bytes.size() - pos < want)
     fail(ErrorKind::Invalid, "truncated .npy data: shape " + shape_str(shape) + " of " + dtype_name(dt) + " needs " +
                                  std::to_string(want) + " bytes, the file has " + std::to_string(bytes.size() - pos),
@@ -208,6 +217,7 @@ Tensor load_npy(const std::string& path) {
   if (bytes.size() - pos > want)
     fail(ErrorKind::Invalid, "the .npy file has " + std::to_string(bytes.size() - pos - want) +
                                  " bytes after the data of shape " + shape_str(shape) + " (" + dtype_name(dt) + ")", ctx);
+  Tensor t(dt, shape);
   if (want) std::memcpy(t.raw(), bytes.data() + pos, want);
   if (dt == DType::Bool) {
     auto* p = static_cast<uint8_t*>(t.raw());

@@ -171,7 +171,12 @@ std::vector<Tensor> run_loop(const KernelContext& c) {
   for (size_t k = 0; k < n_carried; ++k) carried.push_back(c.input(2 + k));
   std::vector<std::vector<Tensor>> scans(n_scan);
   int64_t i = 0;
+  size_t scan_bytes = 0;  // what the scan outputs hold so far, against the tensor cap
   for (; i < max_trips && cond; ++i) {
+    if (i == max_loop_iterations())
+      c.error("is still running after " + std::to_string(i) + " iterations (trip count " +
+              (c.has_input(0) ? std::to_string(max_trips) : std::string("not given")) +
+              "; the limit is NNFUSE_MAX_LOOP_ITERATIONS)");
     std::vector<Tensor> ins;
     ins.push_back(body_scalar(Tensor::scalar<int64_t>(i), body, 0));
     ins.push_back(body_scalar(Tensor::scalar<bool>(cond), body, 1));
@@ -181,7 +186,13 @@ std::vector<Tensor> run_loop(const KernelContext& c) {
       c.error("body gave " + std::to_string(outs.size()) + " outputs, expected " + std::to_string(1 + n_carried + n_scan));
     cond = truthy(outs[0], c, "the body's cond output");
     for (size_t k = 0; k < n_carried; ++k) carried[k] = outs[1 + k];
-    for (size_t k = 0; k < n_scan; ++k) scans[k].push_back(outs[1 + n_carried + k]);
+    for (size_t k = 0; k < n_scan; ++k) {
+      scans[k].push_back(outs[1 + n_carried + k]);
+      scan_bytes += scans[k].back().nbytes();
+    }
+    if (scan_bytes > max_tensor_bytes())
+      c.error("scan outputs hold " + std::to_string(scan_bytes) + " bytes after " + std::to_string(i + 1) +
+              " iterations, over the limit of " + std::to_string(max_tensor_bytes()) + " (NNFUSE_MAX_TENSOR_BYTES)");
   }
   std::vector<Tensor> result = carried;
   for (size_t k = 0; k < n_scan; ++k) {

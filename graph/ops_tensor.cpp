@@ -52,7 +52,14 @@ std::optional<std::vector<Dim>> const_dims(const InferContext& c, size_t i) {
 std::optional<int64_t> static_length(const InferContext& c, size_t i) {
   if (!c.has_input(i)) return std::nullopt;
   const TensorType& t = c.inputs[i];
-  if (t.has_shape && t.dims.size() == 1 && t.dims[0].known()) return t.dims[0].value;
+  if (t.has_shape && t.dims.size() == 1 && t.dims[0].known()) {
+    // The length of a shape input is the output's rank: a declared [2^40] is refused here, not
+    // allocated as a rank.
+    if (t.dims[0].value > kMaxRank)
+      c.error("input " + std::to_string(i) + " is a shape of " + std::to_string(t.dims[0].value) + " dims; a tensor has at most " +
+              std::to_string(kMaxRank));
+    return t.dims[0].value;
+  }
   if (t.has_shape && t.dims.empty()) return 1;
   return std::nullopt;
 }

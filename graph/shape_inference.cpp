@@ -102,7 +102,16 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
       else if (v) ctx.dim_values.push_back(dims_from_tensor(*v));
       else ctx.dim_values.emplace_back();
     }
-    InferResult res = s.infer(ctx);
+    InferResult res;
+    try {
+      res = s.infer(ctx);
+    } catch (const Error& e) {
+      // An error raised below the op's checks (an attribute of the wrong type) names the node too.
+      if (!e.context().node.empty()) throw;
+      ErrorContext c = e.context();
+      c.node = n.label(), c.op = n.op_type, c.opset = int(opset);
+      throw Error(e.kind(), e.detail(), c);
+    }
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       const std::string& o = n.outputs[k];
       if (o.empty() || k >= res.outputs.size()) continue;

@@ -12,9 +12,15 @@ namespace nnfuse {
 
 using Shape = std::vector<int64_t>;
 
+// The most dims a tensor may have (numpy's limit); a shape input longer than this is an error.
+constexpr int64_t kMaxRank = 64;
 int64_t shape_numel(const Shape& s);  // fails (Shape error) past 2^63 elements
 // The largest tensor nnfuse allocates: NNFUSE_MAX_TENSOR_BYTES, or the machine's physical memory.
 size_t max_tensor_bytes();
+// The most iterations a Loop runs before it is stopped with an error (a loop whose condition never
+// turns false would otherwise run for ever): NNFUSE_MAX_LOOP_ITERATIONS, or 10^8. A trip count M
+// above it is fine while the condition ends the loop in time (exporters write M = 2^63-1).
+int64_t max_loop_iterations();
 // Bytes of a tensor of `shape`, failing (Shape error naming the shape) where they overflow or pass
 // max_tensor_bytes(): checked before anything is allocated or planned.
 size_t tensor_bytes_checked(DType dtype, const Shape& shape);

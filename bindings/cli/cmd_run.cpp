@@ -127,6 +127,20 @@ std::string value_summary(const Tensor& t) {
   return buf;
 }
 
+// Errors raised while the model runs (a node's kernel, a Loop past its limit, a random input past
+// the size cap) name the model file too, as import errors do.
+template <class F>
+auto naming_model(const std::string& file, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (!e.context().file.empty()) throw;
+    ErrorContext c = e.context();
+    c.file = file;
+    throw Error(e.kind(), e.detail(), c);
+  }
+}
+
 int run_run(const ParsedArgs& args) {
   const std::string path = args.positional(0);
   std::error_code dir_ec;
@@ -149,7 +163,7 @@ int run_run(const ParsedArgs& args) {
   std::vector<Feed> feeds = load_feeds(args, g);
   bool random = feeds.empty();
   if (random)
-    for (auto& [name, t] : random_feeds(g, uint64_t(seed))) feeds.push_back({name, "random", t});
+    for (auto& [name, t] : naming_model(path, [&] { return random_feeds(g, uint64_t(seed)); })) feeds.push_back({name, "random", t});
   TensorMap feed_map;
   for (auto& f : feeds) feed_map[f.name] = f.tensor;
   // An artifact's executable loads the graph and weights itself; this copy only names inputs and
@@ -215,7 +229,9 @@ int run_run(const ParsedArgs& args) {
   for (int64_t r = 0; r < runs; ++r) {
     const double c0 = process_cpu_ms();
     auto t0 = std::chrono::steady_clock::now();
-    result = exe ? exe->run(feed_map) : opt && opt->plan ? run_plan_reference(g, *opt->plan, feed_map) : interp->run(feed_map);
+    result = naming_model(path, [&] {
+      return exe ? exe->run(feed_map) : opt && opt->plan ? run_plan_reference(g, *opt->plan, feed_map) : interp->run(feed_map);
+    });
     auto t1 = std::chrono::steady_clock::now();
     times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     cpu_times.push_back(process_cpu_ms() - c0);
