@@ -12,6 +12,7 @@
 #include "graph/error.h"
 #include "graph/onnx_io.h"
 #include "graph/op_registry.h"
+#include "kernels/artifact_plan.h"
 #include "kernels/conv_probe.h"
 #include "kernels/cross_run.h"
 #include "kernels/emit_cpp.h"
@@ -540,6 +541,7 @@ void CpuModel::save(const std::string& dir) const {
     plan["conv_timings"] = mod_.conv_timings;
   }
   plan["kernels_checksum"] = so_path_.empty() ? "" : file_checksum((fs::path(dir) / "kernels.so").string());
+  plan["model_checksum"] = file_checksum((fs::path(dir) / "model.onnx").string());
   if (cross_) {
     plan["kind"] = "standalone";
     plan["program_checksum"] = file_checksum((fs::path(dir) / "model").string());
@@ -577,13 +579,17 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   } catch (const std::exception& e) {
     fail(ErrorKind::Io, "'" + (d / "plan.json").string() + "': " + e.what());
   }
-  if (plan.value("format", "") != kArtifactFormat) fail(ErrorKind::Io, "'" + dir + "': unknown artifact format");
+  check_artifact_plan(plan, (d / "plan.json").string());
+  if (plan["format"] != kArtifactFormat) fail(ErrorKind::Io, "'" + dir + "': unknown artifact format");
+  // model.onnx holds the weights the kernels run with: an edited one is refused, not run.
+  if (plan.contains("model_checksum") && file_checksum((d / "model.onnx").string()) != plan["model_checksum"].get<std::string>())
+    fail(ErrorKind::Io, "artifact '" + dir + "': model.onnx is corrupt or was edited (checksum mismatch); rebuild it with nnfuse compile");
   Model model = load_model((d / "model.onnx").string());
   std::string source_model = fs::absolute(d / "model.onnx").string();
   uintmax_t source_size = fs::file_size(source_model);
   int64_t source_mtime = int64_t(fs::last_write_time(source_model).time_since_epoch().count());
   std::unique_ptr<CpuModel> m(new CpuModel());
-  m->target_ = plan["target"];
+  m->target_ = plan["target"].get<std::string>();
   const Graph& g = model.graph;
   std::map<std::string, NodeId> by_name;
   for (NodeId id : g.node_ids()) by_name[g.node(id).name] = id;
@@ -598,8 +604,11 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
       blk.members.push_back(it->second);
     }
     std::string a = b["anchor"];
+    if (!a.empty() && !by_name.count(a)) fail(ErrorKind::Io, "artifact plan names anchor '" + a + "' absent from model.onnx");
     blk.anchor = a.empty() ? kNoNode : by_name.at(a);
-    blk.type = mapping_type_from_name(b["mapping_type"]).value_or(MappingType::OneToOne);
+    auto type = mapping_type_from_name(b["mapping_type"]);
+    if (!type) fail(ErrorKind::Io, "artifact plan: block " + std::to_string(blk.id) + " has the unknown mapping type '" + b["mapping_type"].get<std::string>() + "'");
+    blk.type = *type;
     blk.inputs = b["inputs"].get<std::vector<std::string>>();
     blk.outputs = b["outputs"].get<std::vector<std::string>>();
     for (auto& n : b.value("recomputed", nlohmann::json::array())) {
@@ -622,8 +631,13 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   m->mod_ = lower_module(g, fp, lo);
   if (auto it = plan.find("conv_algorithm_measured"); it != plan.end() && it->is_object()) {
     for (auto& st : m->mod_.stages)
-      if (auto c = it->find(st.name); c != it->end() && c->is_number_integer() && !conv_algorithm_candidates(st).empty())
+      if (auto c = it->find(st.name); c != it->end() && !conv_algorithm_candidates(st).empty()) {
+        auto cands = conv_algorithm_candidates(st);
+        if (std::find(cands.begin(), cands.end(), c->get<int64_t>()) == cands.end())
+          fail(ErrorKind::Io, "artifact plan: stage " + st.name + " names convolution algorithm " + std::to_string(c->get<int64_t>()) +
+                                  ", which it cannot run (the artifact was edited; rebuild it with nnfuse compile)");
         st.iparams["ALGO"] = c->get<int64_t>();
+      }
     m->mod_.conv_timings = plan.value("conv_timings", nlohmann::json::object());
   }
   m->source_model_ = source_model;

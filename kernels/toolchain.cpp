@@ -244,6 +244,12 @@ BuildResult build_shared_object(const std::vector<SourceUnit>& units, const Tool
   const std::string inc = kernel_include_dir();
   std::vector<std::string> flags = {"-O3", "-std=c++20", "-fPIC", "-fno-math-errno", "-DNDEBUG"};
   for (auto& f : target_flags(o.target)) flags.push_back(f);
+  // Extra flags for every generated unit and the link, e.g. the sanitizer job's
+  // "-fsanitize=address,undefined" (docs/reliability.md); part of the cache key like all flags.
+  if (const char* e = std::getenv("NNFUSE_KERNEL_CXXFLAGS"); e && *e) {
+    std::istringstream extra(e);
+    for (std::string f; extra >> f;) flags.push_back(f);
+  }
   const fs::path dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
   const bool cross = cxx.find("aarch64-linux-gnu") != std::string::npos;
   if (cross) {
