@@ -6,12 +6,19 @@
 namespace nnfuse {
 
 void register_fusion_passes() {
-  register_pass({"fusion-plan",
-                 "DNNFusion planning: seed Many-to-Many anchors, grow blocks by the mapping-type table "
-                 "(args: profile=true|false, cache=PATH, max_inputs=N, max_members=N)",
-                 {"shapes"},
-                 {},
-                 /*analysis=*/true},
+  PassInfo info{"fusion-plan",
+                "DNNFusion planning: seed Many-to-Many anchors, grow blocks by the mapping-type table "
+                "(args: profile=true|false, cache=PATH, max_inputs=N, max_members=N)",
+                {"shapes"},
+                {},
+                /*analysis=*/true};
+  info.check_args = [](const PassArgs& args) {
+    for (auto& [key, value] : args.values)
+      if (key != "profile" && key != "cache" && key != "max_inputs" && key != "max_members")
+        fail(ErrorKind::Invalid, "pass 'fusion-plan': unknown argument '" + key + "' (arguments: profile=BOOL, cache=PATH, max_inputs=N, max_members=N)");
+    args.get_bool("profile", true), args.get_int("max_inputs", -1), args.get_int("max_members", -1);
+  };
+  register_pass(info,
                 [](PassContext& ctx, const PassArgs& args) {
                   PlanOptions o;
                   o.profile = args.get_bool("profile", true);

@@ -384,7 +384,8 @@ std::vector<PassRecord> PassManager::run(const Pipeline& p, PassContext& ctx) co
     const PipelineStep& s = p.steps[k];
     if (s.args.values.empty()) continue;
     std::unique_ptr<Pass> pass = reg.create(s.pass);
-    if (!pass->info().check_args) continue;
+    if (!pass->info().check_args)  // a pass that declares no argument check takes none
+      fail(ErrorKind::Parse, "pass '" + s.pass + "' takes no arguments, the pipeline gives it '" + s.args.str() + "'", {p.file, s.line, 0});
     auto t0 = std::chrono::steady_clock::now();
     const double cpu0 = thread_cpu_ms();
     try {

@@ -79,13 +79,18 @@ void run(PassContext& ctx, const PassArgs& args) {
 }  // namespace
 
 void register_constant_folding_pass() {
-  register_pass({"constant-folding",
-                 "evaluate nodes whose inputs are all constant (results up to max_elements elements, default 1<<20) "
-                 "and turn Constant nodes into initializers",
-                 {"shapes"},
-                 {},
-                 false},
-                run);
+  PassInfo info{"constant-folding",
+                "evaluate nodes whose inputs are all constant (results up to max_elements elements, default 1<<20) "
+                "and turn Constant nodes into initializers",
+                {"shapes"},
+                {},
+                false};
+  info.check_args = [](const PassArgs& args) {
+    for (auto& [key, value] : args.values)
+      if (key != "max_elements") fail(ErrorKind::Invalid, "pass 'constant-folding': unknown argument '" + key + "' (arguments: max_elements=N)");
+    args.get_int("max_elements", 0);
+  };
+  register_pass(info, run);
 }
 
 }  // namespace nnfuse::passes

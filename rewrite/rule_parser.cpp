@@ -197,8 +197,20 @@ class Parser {
   }
 
   void check_ops(const Rule& r, const RuleTerm& t) {
-    if (t.kind == RuleTerm::Kind::Op && !OpRegistry::global().find("", t.name))
-      fail(ErrorKind::Parse, "rule '" + r.name + "': unknown op '" + t.name + "' (not in the op registry)", {file_, t.line, t.col});
+    if (t.kind == RuleTerm::Kind::Op) {
+      const OpSchema* s = OpRegistry::global().find("", t.name);
+      if (!s) fail(ErrorKind::Parse, "rule '" + r.name + "': unknown op '" + t.name + "' (not in the op registry)", {file_, t.line, t.col});
+      // A pattern that gives an op more or fewer inputs than any version of it takes never
+      // matches; a replacement that does builds an invalid node.
+      const int n = int(t.args.size());
+      if (n < s->min_inputs || (s->max_inputs >= 0 && n > s->max_inputs))
+        fail(ErrorKind::Parse, "rule '" + r.name + "': " + t.name + " takes " +
+                                   (s->max_inputs == s->min_inputs ? std::to_string(s->min_inputs)
+                                    : s->max_inputs < 0        ? std::to_string(s->min_inputs) + " or more"
+                                                               : std::to_string(s->min_inputs) + " to " + std::to_string(s->max_inputs)) +
+                                   " inputs, the rule gives it " + std::to_string(n),
+             {file_, t.line, t.col});
+    }
     for (auto& a : t.args) check_ops(r, a);
   }
 

@@ -33,7 +33,9 @@ void register_test_passes() {
     g.prune_values();
   });
   register_pass({"test-nothing", "looks but never touches", {}, {}, false}, [](PassContext&, const PassArgs&) {});
-  register_pass({"test-needs-shapes", "requires inferred shapes", {"shapes"}, {}, false}, [](PassContext& ctx, const PassArgs& a) {
+  PassInfo needs{"test-needs-shapes", "requires inferred shapes", {"shapes"}, {}, false};
+  needs.check_args = [](const PassArgs& a) { a.get_int("times", 1); };
+  register_pass(needs, [](PassContext& ctx, const PassArgs& a) {
     REQUIRE(ctx.valid.count("shapes"));
     ctx.rules_fired["needs-shapes-ran"] += int(a.get_int("times", 1));
   });
@@ -72,6 +74,9 @@ TEST_CASE("the manager records change, time and requirements", "[passes]") {
   // Shapes stay valid until a pass changes the IR.
   auto again = PassManager().run(parse_pipeline("pipeline t2\npass test-needs-shapes\n"), ctx);
   REQUIRE(again.size() == 1);
+  // A pass that declares no argument check takes no arguments: a typo is an error naming the line.
+  REQUIRE_THROWS_WITH(PassManager().run(parse_pipeline("pipeline t3\npass test-nothing\npass test-nothing verbose=1\n", "t3.pipeline"), ctx),
+                      Catch::Contains("t3.pipeline:3") && Catch::Contains("takes no arguments") && Catch::Contains("verbose=1"));
 }
 
 TEST_CASE("pipeline files parse with clear errors", "[passes][parse]") {
