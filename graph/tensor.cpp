@@ -1,5 +1,6 @@
 #include "graph/tensor.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -167,7 +168,16 @@ int64_t Tensor::as_int(int64_t i) const {
     if (i < 0 || i >= numel()) fail(ErrorKind::Invalid, "element out of range");
     return static_cast<const int64_t*>(data_)[i];
   }
-  return int64_t(as_double(i));
+  // A float read as an integer (a size or index held in a float tensor): NaN and infinities have no
+  // integer value (converting them is undefined behaviour; found by fuzz_onnx_import), and values
+  // past int64 saturate so that the size checks downstream refuse them.
+  const double v = as_double(i);
+  if (std::isnan(v) || std::isinf(v))
+    fail(ErrorKind::Invalid, "element " + std::to_string(i) + " is " + (std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf") +
+                                 " where an integer is expected");
+  if (v >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+  if (v <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  return int64_t(v);
 }
 
 std::vector<int64_t> Tensor::to_int_vector() const {

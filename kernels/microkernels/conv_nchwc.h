@@ -170,15 +170,16 @@ inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInp
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
   const int64_t step = UR > 1 ? off[1] - off[0] : 0;
-  const float* pfp = pf.w;
-  const float* const pf_end = pf.w + pf.channels * L;
+  // An index into the next panel, not a pointer: pf.w is null when there is none to prefetch, and
+  // stepping a null pointer is undefined (UBSan's job flagged it).
+  int64_t pfi = 0;
   for (int64_t ci = c0; ci < c1;) {
     const int64_t cend = in.blocked ? std::min(c1, (ci / in.L + 1) * in.L) : c1;
     const int64_t cstep = in.blocked ? 1 : in.cstride;
     const float* xp = in.chan(n, ci) + off[0];
-    for (; ci < cend; ++ci, xp += cstep, wc += L, pfp += L) {
-      if (pfp < pf_end)
-        for (int o = 0; o < OCB; ++o) __builtin_prefetch(pfp + o * pf.wstride, 0, 2);
+    for (; ci < cend; ++ci, xp += cstep, wc += L, ++pfi) {
+      if (pfi < pf.channels)
+        for (int o = 0; o < OCB; ++o) __builtin_prefetch(pf.w + pfi * L + o * pf.wstride, 0, 2);
       V wv[OCB];
       for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride);
       for (int u = 0; u < UR; ++u) {

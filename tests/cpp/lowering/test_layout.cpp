@@ -205,7 +205,9 @@ TEST_CASE("layout: a channel Split on a block boundary reads the blocked buffer 
       o.threads = 2;
       o.lower.layout_block = block;
       auto cm = CpuModel::build(m.graph, &plan, o);
-      check_close(cm->run(feeds), want);
+      // Two chained convs (45 then 270 products per output) whose second sums partly cancel: the
+      // kernels built by clang (the sanitizer job) round 1.07x past the default bound there.
+      check_close(cm->run(feeds), want, 2e-4, 2e-5);
     }
     std::error_code ec;
     fs::remove_all(cache, ec);
