@@ -88,7 +88,7 @@ TEST_CASE("codegen: MatMul and Gemm anchors with prologue and scattering epilogu
   check_close(cm->run(feeds), run_reference(m.graph, feeds));
 }
 
-TEST_CASE("codegen: Conv, depthwise Conv, BatchNorm, residual epilogue, pooling, LayerNorm, reductions", "[codegen]") {
+TEST_CASE("codegen: Conv, depthwise Conv, BatchNorm, residual epilogue, pooling, LayerNorm, reductions", "[codegen][concurrency]") {
   GraphBuilder gb("cnn");
   auto x = gb.input("x", DType::Float32, {1, 3, 17, 15});
   auto w1 = gb.weight("w1", {8, 3, 3, 3}, 0.3f);

@@ -33,7 +33,7 @@ const KBuffer& buffer_of(const CpuModel& m, const std::string& value) {
 
 }  // namespace
 
-TEST_CASE("weight release: a loaded artifact keeps one copy of packed weights", "[codegen]") {
+TEST_CASE("weight release: a loaded artifact keeps one copy of packed weights", "[codegen][concurrency]") {
   GraphBuilder gb("release");
   auto x = gb.input("x", DType::Float32, {1, 8, 6, 6});
   auto z = gb.input("z", DType::Float32, {10, 10});

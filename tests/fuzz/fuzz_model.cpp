@@ -1,0 +1,96 @@
+// Small fuzzed graphs run end to end through the reference interpreter, then optimized with the
+// pipeline the classifier picks (rewrite rules, folding, CSE, DCE, fusion planning) and run again:
+// the outputs must agree (the oracle of every optimization) or the input must be refused with an
+// Error. Graphs whose inputs are not static, or hold more than 2^16 elements, are only imported.
+#include <cmath>
+#include <cstdio>
+
+#include "api/optimize.h"
+#include "fuzz_common.h"
+#include "graph/interpreter.h"
+#include "graph/onnx_io.h"
+
+namespace {
+
+bool small_static_inputs(const nnfuse::Graph& g) {
+  int64_t total = 0;
+  for (auto& in : g.inputs()) {
+    const nnfuse::TensorType& t = g.type(in);
+    if (!t.is_static()) return false;
+    auto n = t.numel();
+    if (!n || *n > (int64_t(1) << 16)) return false;
+    total += *n;
+  }
+  return total <= (int64_t(1) << 16);
+}
+
+// Outputs agree within a tolerance scaled by the magnitude; a value that is not finite on either
+// side is not compared (an algebraic rewrite may turn 0*inf into 0).
+void compare(const nnfuse::TensorMap& want, const nnfuse::TensorMap& got) {
+  for (auto& [name, w] : want) {
+    auto it = got.find(name);
+    if (it == got.end()) {
+      std::fprintf(stderr, "optimized model lost output '%s'\n", name.c_str());
+      std::abort();
+    }
+    if (it->second.dtype() != w.dtype() || it->second.shape() != w.shape()) {
+      std::fprintf(stderr, "output '%s': %s%s before optimizing, %s%s after\n", name.c_str(), nnfuse::dtype_name(w.dtype()),
+                   nnfuse::shape_str(w.shape()).c_str(), nnfuse::dtype_name(it->second.dtype()),
+                   nnfuse::shape_str(it->second.shape()).c_str());
+      std::abort();
+    }
+    if (w.dtype() == nnfuse::DType::String) continue;
+    std::vector<float> a = w.to_float_vector(), b = it->second.to_float_vector();
+    for (size_t k = 0; k < a.size(); ++k) {
+      if (!std::isfinite(a[k]) || !std::isfinite(b[k])) continue;
+      if (std::fabs(a[k] - b[k]) > 1e-3f + 1e-3f * std::fabs(a[k])) {
+        std::fprintf(stderr, "output '%s'[%zu]: %g before optimizing, %g after\n", name.c_str(), k, a[k], b[k]);
+        std::abort();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  nnfuse::fuzz::set_fuzz_limits();
+  nnfuse::register_all_passes();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  nnfuse::Model m;
+  try {
+    m = nnfuse::load_model_bytes(nnfuse::fuzz::as_string(data, size), {}, "", "fuzz.onnx");
+  } catch (const nnfuse::Error&) {
+    return 0;
+  }
+  if (!small_static_inputs(m.graph) || m.graph.num_nodes() > 64) return 0;
+  nnfuse::TensorMap feeds, want;
+  try {
+    feeds = nnfuse::random_feeds(m.graph, 7);
+    want = nnfuse::run_reference(m.graph, feeds);
+  } catch (const nnfuse::Error&) {
+    return 0;  // refused at run time (a bad index, a size past the caps): also a clear error
+  }
+  nnfuse::OptimizeOptions o;
+  o.profile = false;
+  o.verify = true;
+  try {
+    nnfuse::optimize(m, o);
+  } catch (const nnfuse::Error& e) {
+    // The model ran: an optimizer that cannot handle it must leave it alone, not refuse it.
+    std::fprintf(stderr, "the model runs, but optimizing it failed: %s\n", e.what());
+    std::abort();
+  }
+  nnfuse::TensorMap got;
+  try {
+    got = nnfuse::run_reference(m.graph, feeds);
+  } catch (const nnfuse::Error& e) {
+    std::fprintf(stderr, "the model runs, but the optimized model does not: %s\n", e.what());
+    std::abort();
+  }
+  compare(want, got);
+  return 0;
+}
