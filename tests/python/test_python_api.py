@@ -134,6 +134,38 @@ def test_inference_session_matches_onnxruntime(zoo_dir, name, target):
     np.testing.assert_array_equal(only, got[-1])
 
 
+@pytest.mark.parametrize("target", ["host", "reference"])
+def test_concurrent_runs_on_one_session(zoo_dir, target):
+    """Several Python threads call run() on one session at once (the GIL is released while it
+    runs): every result equals the unshared result for its own inputs (to rounding: concurrent
+    runs share the thread pool, so a loop may be split among fewer threads)."""
+    import threading
+    sess = nnfuse.InferenceSession(str(zoo_dir / "resnet_tiny.onnx"), target=target)
+    rng = np.random.default_rng(11)
+    feeds = [{i.name: rng.standard_normal([d for d in i.shape], dtype=np.float32) for i in sess.get_inputs()} for _ in range(4)]
+    want = [sess.run(None, f) for f in feeds]
+    got = [[None] * 8 for _ in range(4)]
+    errors = []
+
+    def worker(k):
+        try:
+            for r in range(8):
+                got[k][r] = sess.run(None, feeds[k])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k in range(4):
+        for r in range(8):
+            for g, w in zip(got[k][r], want[k]):
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
 def test_load_optimize_compile_run(zoo_dir):
     graph = nnfuse.load(zoo_dir / "resnet_tiny.onnx")
     before = graph.num_operators
