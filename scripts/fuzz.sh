@@ -10,6 +10,8 @@
 # in eight). Corpora grow in build-fuzz/corpus/<target>; crashes land in build-fuzz/findings/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache may reuse objects compiled in another checkout (CI builds a fresh clone).
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 SECONDS_PER_TARGET=60
 JOBS=1
 FULL_SEEDS=0

@@ -12,6 +12,8 @@
 #   bash scripts/sanitize.sh [asan] [tsan] [fuzz] [--seconds N]     (default: all three, 30 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache may reuse objects compiled in another checkout (CI builds a fresh clone).
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 JOBS_WANTED=()
 FUZZ_SECONDS=30
 while [[ $# -gt 0 ]]; do
@@ -33,7 +35,7 @@ fi
 export NNFUSE_CXX=clang++ NNFUSE_PCH=0
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-CATCH_SUITES='^(graph|rewrite|fusion|lowering|kernels)/'
+CATCH_SUITES='^(graph|rewrite|fusion|lowering|kernels|fuzz)/'  # fuzz/: the fuzz regressions, replayed
 # Cross-compiled programs run under qemu (not ours to sanitize); the full-size zoo models take
 # minutes each under ASan and their tiny forms run the same code; the precompiled-header test
 # needs the PCH this job turns off (clang does not read g++'s).
@@ -43,7 +45,8 @@ run_asan() {
   local b=build-fuzz
   cmake -S . -B $b -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -DNNFUSE_FUZZ=ON -DNNFUSE_BUILD_TESTS=ON -DNNFUSE_ARM_SELFTEST=OFF >/dev/null
-  ninja -C $b test_graph test_rewrite test_fusion test_kernels test_lowering mk_selftest_avx512 nnfuse
+  ninja -C $b test_graph test_rewrite test_fusion test_kernels test_lowering mk_selftest_avx512 nnfuse \
+    replay_onnx_import replay_model replay_npy replay_rules replay_pipeline replay_artifact
   export NNFUSE_CACHE_DIR=$PWD/$b/kernel-cache NNFUSE_KERNEL_CXXFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all"
   (cd $b && ctest -R "$CATCH_SUITES" -E "$NOT_UNDER_SANITIZERS" -j "$(nproc)" --output-on-failure --timeout 1500)
   echo "== asan: tiny zoo models, sanitized kernels against the sanitized reference interpreter"
