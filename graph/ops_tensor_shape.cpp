@@ -401,7 +401,12 @@ std::vector<Tensor> kernel_range(const KernelContext& c) {
     } else {
       double start = s.as_double(), limit = l.as_double(), delta = d.as_double();
       if (delta == 0) c.error("Range: delta is 0");
-      int64_t n = std::max<int64_t>(0, int64_t(std::ceil((limit - start) / delta)));
+      // The count in double first: a NaN or a count past int64 (float inputs of 1e32) has no
+      // integer value (converting it was undefined behaviour: found by fuzz_model).
+      const double count = std::ceil((limit - start) / delta);
+      if (std::isnan(count)) c.error("Range: the element count (" + std::to_string(limit) + " - " + std::to_string(start) + ") / " + std::to_string(delta) + " is not a number");
+      if (count > 4.6e18) c.error("Range: " + std::to_string(count) + " elements is more than 2^62");
+      int64_t n = std::max<int64_t>(0, int64_t(count));
       Tensor out(s.dtype(), {n});
       T* p = out.data<T>();
       if constexpr (std::is_integral_v<T>) {
