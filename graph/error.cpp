@@ -39,4 +39,11 @@ Error::Error(ErrorKind kind, std::string message, ErrorContext ctx)
 
 void fail(ErrorKind kind, const std::string& message, const ErrorContext& ctx) { throw Error(kind, message, ctx); }
 
+void rethrow_in(const Error& e, const ErrorContext& outer) {
+  ErrorContext c = e.context();
+  if (c.file.empty()) c.file = outer.file;
+  if (c.node.empty() && c.op.empty()) c.node = outer.node, c.op = outer.op, c.opset = outer.opset;
+  throw Error(e.kind(), e.detail(), c);
+}
+
 }  // namespace nnfuse

@@ -44,5 +44,9 @@ class Error : public std::runtime_error {
 
 // Convenience builders: throw_if style keeps call sites short.
 [[noreturn]] void fail(ErrorKind kind, const std::string& message, const ErrorContext& ctx = {});
+// Rethrows `e` with the fields of its context that are empty (file, node, op, opset) taken from
+// `outer`: an error raised below a node or a file (a tensor too large, an attribute of the wrong
+// type) names them too, and what it already names is kept.
+[[noreturn]] void rethrow_in(const Error& e, const ErrorContext& outer);
 
 }  // namespace nnfuse

@@ -680,10 +680,7 @@ Model import_model(onnx::ModelProto& mp, const ImportOptions& opt, const std::st
   try {
     return import_model_unlabelled(mp, opt, base_dir, label);
   } catch (const Error& e) {
-    if (!e.context().file.empty()) throw;
-    ErrorContext c = e.context();
-    c.file = label;
-    throw Error(e.kind(), e.detail(), c);
+    rethrow_in(e, in_file(label));
   } catch (const std::bad_alloc&) {
     fail(ErrorKind::Runtime, "out of memory while importing the model", in_file(label));
   }

@@ -175,9 +175,7 @@ std::vector<Tensor> run_node(const Node& n, int64_t opset, const std::vector<con
   try {
     out = s.kernel(kc);
   } catch (const Error& e) {
-    // An error from below the kernel (a tensor too large to allocate) names no node: name this one.
-    if (!e.context().node.empty()) throw;
-    throw Error(e.kind(), e.detail(), ctx);
+    rethrow_in(e, ctx);  // an error from below the kernel (a tensor too large to allocate) names this node
   }
   if (out.size() < n.outputs.size()) {
     // Kernels may produce fewer outputs than requested only when the missing ones are absent.

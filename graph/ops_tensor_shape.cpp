@@ -405,7 +405,7 @@ std::vector<Tensor> kernel_range(const KernelContext& c) {
       // integer value (converting it was undefined behaviour: found by fuzz_model).
       const double count = std::ceil((limit - start) / delta);
       if (std::isnan(count)) c.error("Range: the element count (" + std::to_string(limit) + " - " + std::to_string(start) + ") / " + std::to_string(delta) + " is not a number");
-      if (count >= 9.2233720368547758e18) c.error("Range: " + std::to_string(count) + " elements is more than 2^63");
+      if (count >= 9223372036854775808.0) c.error("Range: " + std::to_string(count) + " elements is more than 2^63");
       int64_t n = std::max<int64_t>(0, int64_t(count));
       Tensor out(s.dtype(), {n});
       T* p = out.data<T>();

@@ -106,11 +106,7 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
     try {
       res = s.infer(ctx);
     } catch (const Error& e) {
-      // An error raised below the op's checks (an attribute of the wrong type) names the node too.
-      if (!e.context().node.empty()) throw;
-      ErrorContext c = e.context();
-      c.node = n.label(), c.op = n.op_type, c.opset = int(opset);
-      throw Error(e.kind(), e.detail(), c);
+      rethrow_in(e, {"", 0, 0, n.label(), n.op_type, int(opset)});  // e.g. an attribute of the wrong type
     }
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       const std::string& o = n.outputs[k];

@@ -175,8 +175,9 @@ int64_t Tensor::as_int(int64_t i) const {
   if (std::isnan(v) || std::isinf(v))
     fail(ErrorKind::Invalid, "element " + std::to_string(i) + " is " + (std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf") +
                                  " where an integer is expected");
-  if (v >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
-  if (v <= -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  constexpr double kTwo63 = 9223372036854775808.0;  // int64's range is [-2^63, 2^63)
+  if (v >= kTwo63) return std::numeric_limits<int64_t>::max();
+  if (v <= -kTwo63) return std::numeric_limits<int64_t>::min();
   return int64_t(v);
 }
 

@@ -134,10 +134,7 @@ auto naming_model(const std::string& file, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const Error& e) {
-    if (!e.context().file.empty()) throw;
-    ErrorContext c = e.context();
-    c.file = file;
-    throw Error(e.kind(), e.detail(), c);
+    rethrow_in(e, {file});
   }
 }
 

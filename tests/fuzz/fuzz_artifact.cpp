@@ -71,14 +71,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const nnfuse::Error&) {
     return 0;
   }
-  nnfuse::TensorMap got = m->run(*g_feeds);
-  for (auto& [name, w] : *g_want) {
-    std::vector<float> a = w.to_float_vector(), b = got.at(name).to_float_vector();
-    for (size_t k = 0; k < a.size(); ++k)
-      if (!(std::fabs(a[k] - b[k]) <= 1e-4f + 1e-4f * std::fabs(a[k]))) {
-        std::fprintf(stderr, "a loaded artifact gives %g for %s[%zu], the reference %g\n", b[k], name.c_str(), k, a[k]);
-        std::abort();
-      }
+  if (std::string d = nnfuse::fuzz::first_difference(*g_want, m->run(*g_feeds), 1e-4f, 1e-4f); !d.empty()) {
+    std::fprintf(stderr, "a loaded artifact differs from the reference: %s\n", d.c_str());
+    std::abort();
   }
   return 0;
 }

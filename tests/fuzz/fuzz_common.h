@@ -9,7 +9,10 @@
 #include <cstdlib>
 #include <string>
 
+#include <cmath>
+
 #include "graph/error.h"
+#include "graph/interpreter.h"
 
 namespace nnfuse::fuzz {
 
@@ -18,6 +21,27 @@ namespace nnfuse::fuzz {
 inline void set_fuzz_limits() {
   setenv("NNFUSE_MAX_TENSOR_BYTES", "67108864", 0);  // 64 MiB per tensor and arena
   setenv("NNFUSE_MAX_LOOP_ITERATIONS", "10000", 0);
+}
+
+// The first element where `got` differs from `want` by more than atol + rtol*|want|, described
+// ("output 'y'[3]: 1.5 expected, 2 given"), or "" when all agree; a missing output or another
+// dtype or shape is a difference too. Values not finite on either side are not compared (an
+// algebraic rewrite may turn 0*inf into 0).
+inline std::string first_difference(const TensorMap& want, const TensorMap& got, float rtol, float atol) {
+  for (auto& [name, w] : want) {
+    auto it = got.find(name);
+    if (it == got.end()) return "output '" + name + "' is missing";
+    const Tensor& g = it->second;
+    if (g.dtype() != w.dtype() || g.shape() != w.shape())
+      return "output '" + name + "': " + dtype_name(w.dtype()) + shape_str(w.shape()) + " expected, " + dtype_name(g.dtype()) +
+             shape_str(g.shape()) + " given";
+    if (w.dtype() == DType::String) continue;
+    std::vector<float> a = w.to_float_vector(), b = g.to_float_vector();
+    for (size_t k = 0; k < a.size(); ++k)
+      if (std::isfinite(a[k]) && std::isfinite(b[k]) && std::fabs(a[k] - b[k]) > atol + rtol * std::fabs(a[k]))
+        return "output '" + name + "'[" + std::to_string(k) + "]: " + std::to_string(a[k]) + " expected, " + std::to_string(b[k]) + " given";
+  }
+  return "";
 }
 
 inline std::string as_string(const uint8_t* data, size_t size) {
