@@ -391,6 +391,8 @@ struct StageEmitter {
     };
     if (st.anchor_op == "Conv") {
       const int64_t G = ip("G"), K = ip("CO"), Cg = ip("C") / G;
+      // Blocked convs are dense, depthwise, or grouped by windows (conv_nchwc.h, conv_nchwc_windows).
+      const bool depthwise = G > 1 && G == ip("C") && K == ip("C");
       const bool winograd = ip("ALGO") == kConvWinogradF4x4 || ip("ALGO") == kConvWinogradF2x2;
       const std::string packed = ip("ALGO") == kConvWinogradF4x4   ? "nnfuse::mk::PackedConvWinograd"
                                  : ip("ALGO") == kConvWinogradF2x2 ? "nnfuse::mk::PackedConvWinograd2"
@@ -398,24 +400,25 @@ struct StageEmitter {
       const std::string w = "static_cast<const float*>(B[" + std::to_string(st.anchor_inputs[1]) + "]), " + std::to_string(K) + ", " +
                             std::to_string(Cg) + ", ";
       pre << emit_prepare_release(st, packed, winograd ? w + std::to_string(blk)
-                                                       : w + std::to_string(ip("KH")) + ", " + std::to_string(ip("KW")) + ", " + std::to_string(blk));
+                                                       : w + std::to_string(ip("KH")) + ", " + std::to_string(ip("KW")) + ", " + std::to_string(blk) +
+                                                             ", " + std::to_string(depthwise ? 1 : G));
       body << "  nnfuse::mk::ConvNchwcArgs a;\n";
       geometry("a");
-      body << "  a.K = " << K << "; a.depthwise = " << (G > 1 ? "true" : "false") << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false")
-           << ";\n";
+      body << "  a.K = " << K << "; a.depthwise = " << (depthwise ? "true" : "false") << "; a.group = " << (depthwise ? 1 : G)
+           << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false") << ";\n";
       body << "  a.x = " << x << "; a.y = " << y << ";\n";
       body << "  a.threads = ctx ? ctx->threads : 1;\n";
       body << "  const auto& packed = *static_cast<const " << packed << "*>(B[" << st.prepared << "]);\n";
       // The conv's shape class (kernels/microkernels/conv_nchwc.h): the instantiation holds only
       // the tile paths these static shapes take. `pointwise` is mk::conv_pointwise_geometry's test
       // (the kernel checks the class it is given with it: a mismatch is an error, never a wrong path).
-      const bool pointwise = G == 1 && ip("KH") == 1 && ip("KW") == 1 && ip("PH") == 0 && ip("PW") == 0 &&
+      const bool pointwise = !depthwise && ip("KH") == 1 && ip("KW") == 1 && ip("PH") == 0 && ip("PW") == 0 &&
                              (ip("OH") - 1) * ip("SH") < ip("H") && (ip("OW") - 1) * ip("SW") < ip("W");
       const std::string cls = std::string("nnfuse::mk::ConvClass{nnfuse::mk::ConvKind::") +
-                              (G > 1 ? "Depthwise" : pointwise ? "Pointwise" : "Spatial") + ", " + std::to_string(K) +
-                              (G > 1 ? ", " + std::to_string(ip("KW")) + ", " + std::to_string(ip("SW")) + ", " + std::to_string(ip("DW")) +
-                                           ", " + std::to_string(ip("W"))
-                                     : std::string()) +
+                              (depthwise ? "Depthwise" : pointwise ? "Pointwise" : "Spatial") + ", " + std::to_string(K) +
+                              (depthwise ? ", " + std::to_string(ip("KW")) + ", " + std::to_string(ip("SW")) + ", " + std::to_string(ip("DW")) +
+                                               ", " + std::to_string(ip("W"))
+                                         : ", 0, 0, 0, 0, " + std::to_string(G)) +
                               "}";
       if (winograd) {
         body << "  if (!nnfuse::mk::conv2d_nchwc_winograd<nf::A, " << cls << ">(a, packed, ep, par)) nf::shape_class_error(ctx);\n";

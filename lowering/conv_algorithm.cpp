@@ -69,7 +69,8 @@ std::string conv_algorithm_name(const Stage& st) {
   if (st.kind != StageKind::Anchor || st.anchor_op != "Conv") return "";
   if (ip(st, "ALGO") != kConvDirect) return conv_algorithm_name(ip(st, "ALGO"));
   if (st.layout_block <= 0) return ip(st, "G") > 1 && ip(st, "G") == ip(st, "C") ? "depthwise" : "im2col_gemm";
-  return ip(st, "G") > 1 ? "depthwise_nchwc" : "direct_nchwc";
+  if (ip(st, "G") == 1) return "direct_nchwc";
+  return ip(st, "G") == ip(st, "C") && ip(st, "G") == ip(st, "CO") ? "depthwise_nchwc" : "grouped_nchwc";
 }
 
 void choose_conv_algorithms(KernelModule& mod, const std::string& mode) {

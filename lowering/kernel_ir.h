@@ -211,7 +211,7 @@ nlohmann::json layout_summary(const KernelModule& mod);
 // applicable conv), "winograd2" (F(2x2,3x3) for every applicable conv).
 constexpr int64_t kConvDirect = 0, kConvWinogradF4x4 = 1, kConvWinogradF2x2 = 2;
 void choose_conv_algorithms(KernelModule& mod, const std::string& mode);
-// "direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3", "depthwise_nchwc", "im2col_gemm",
+// "direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3", "depthwise_nchwc", "grouped_nchwc", "im2col_gemm",
 // "depthwise"; "" for a stage that is not a Conv anchor.
 std::string conv_algorithm_name(const Stage& st);
 std::string conv_algorithm_name(int64_t algo);  // of kConvDirect / kConvWinograd*

@@ -3,8 +3,8 @@
 // Runs after every block has been lowered (so the whole producer/consumer picture is known) and
 // before the memory plan (blocked buffers are larger: channels padded to a multiple of c).
 //
-// Which stages can run blocked ("candidates"): Conv anchors with constant weights and group 1 or
-// depthwise (group == C == K), pooling anchors, and elementwise stages, all over a 4-D driver,
+// Which stages can run blocked ("candidates"): Conv anchors with constant weights and group 1,
+// depthwise (group == C == K) or grouped by whole blocks (grouped_conv_blocks), pooling anchors, and elementwise stages, all over a 4-D driver,
 // whose index maps are Select steps (broadcast / squeeze / transpose: a linear offset per driver
 // dim) and unit-stride windows (Split, Slice: a constant offset; on channels, block-aligned).
 // Such a stage runs in the physical view rows = n*Cb + cb, cols = (h*W + w)*c + lane, so a vector
@@ -13,8 +13,9 @@
 // Which buffers are blocked: 4-D float activations written by one candidate stage with the
 // identity map and read only by candidate stages (as a conv/pool input, or through a map that
 // keeps channels on channels). Fixpoint: a stage loses its blocked view when it would gain nothing
-// (reads and writes no blocked buffer) or when its kernel needs a blocked input it does not get
-// (depthwise, pooling); a buffer loses its layout when its writer or a reader is not blocked.
+// (reads and writes no blocked buffer, and is not a dense or grouped conv) or when its kernel
+// needs a blocked input it does not get (depthwise, pooling); a buffer loses its layout when its
+// writer or a reader is not blocked.
 // Chains of conv / pointwise / depthwise / pooling / elementwise thus stay blocked, and the
 // layout changes sit at the chain ends, folded into a neighbour:
 //   NCHW -> blocked: the first blocked conv reads the plain input (the kernel takes both), or a
@@ -65,6 +66,19 @@ bool select_pick(const IndexMap& m, std::vector<int>& pick) {
   return select_pick(m, pick, off);
 }
 
+// Whether a grouped (not depthwise) conv runs blocked: its output blocks fall into windows that
+// read whole blocks of input channels. Either each group's Kg output channels are whole blocks
+// (and its Cg input channels too), or a block holds L / Kg whole groups whose (L / Kg) * Cg input
+// channels are whole blocks. The kernel (kernels/microkernels/conv_nchwc.h, conv_nchwc_windows)
+// takes exactly these. In the second case only Kg / L of a block's FMAs do work: past 4x wasted
+// (groups of fewer than L / 4 output channels), im2col per group in NCHW is kept.
+bool grouped_conv_blocks(int64_t C, int64_t K, int64_t G, int64_t L) {
+  if (G <= 1 || C % G != 0 || K % G != 0) return false;
+  const int64_t Cg = C / G, Kg = K / G;
+  if (Kg % L == 0) return Cg % L == 0;
+  return L % Kg == 0 && (L / Kg * Cg) % L == 0 && L / Kg <= 4;
+}
+
 struct LayoutPass {
   KernelModule& mod;
   const int c;
@@ -105,7 +119,7 @@ struct LayoutPass {
     if (st.anchor_op == "Pool") return true;
     if (st.anchor_op != "Conv" || st.anchor_inputs.size() < 2 || B(st.anchor_inputs[1]).kind != BufferKind::Weight) return false;
     const int64_t G = ip(st, "G"), C = ip(st, "C"), K = ip(st, "CO");
-    return G == 1 || (G == C && K == C);
+    return G == 1 || (G == C && K == C) || grouped_conv_blocks(C, K, G, c);
   }
 
   // Can stage s read blocked buffer b through map m (channels must stay channels)?
@@ -176,8 +190,13 @@ struct LayoutPass {
         bool touches = false;
         for (int b : st.inputs) touches = touches || bblk[size_t(b)];
         for (int b : st.outputs) touches = touches || bblk[size_t(b)];
-        bool needs_blocked_in = st.anchor_op == "Pool" || (st.anchor_op == "Conv" && ip(st, "G") > 1);
-        if (!touches || (needs_blocked_in && !bblk[size_t(st.anchor_inputs[0])])) sblk[s] = 0, changed = true;
+        const bool depthwise = st.anchor_op == "Conv" && ip(st, "G") > 1 && ip(st, "G") == ip(st, "C");
+        // A dense or grouped conv runs blocked even between plain buffers: the blocked kernel
+        // reads a plain input and the epilogue stores plain, and it beat im2col + GEMM on every
+        // shape measured, 1.2x (64 channels, 56x56) to 3x (16 channels, 8x7) (bench/RESULTS.md).
+        const bool gains_alone = st.anchor_op == "Conv" && !depthwise;
+        bool needs_blocked_in = st.anchor_op == "Pool" || depthwise;
+        if ((!touches && !gains_alone) || (needs_blocked_in && !bblk[size_t(st.anchor_inputs[0])])) sblk[s] = 0, changed = true;
       }
     }
   }

@@ -23,7 +23,8 @@ struct ConvNchwcArgs {
   int64_t K = 0, OH = 0, OW = 0;       // output channels and spatial size
   int64_t KH = 1, KW = 1;
   int64_t stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0, dil_h = 1, dil_w = 1;
-  bool depthwise = false;  // group == C == K (needs a blocked input); otherwise group 1
+  bool depthwise = false;  // group == C == K (needs a blocked input); otherwise dense or grouped
+  int64_t group = 1;       // dense (1) or grouped: see conv_nchwc_windows for the groupings taken
   const float* x = nullptr;
   bool x_blocked = true;   // input NCHW<L>c, or plain NCHW (the first conv of a blocked chain)
   const float* w = nullptr;  // packed by pack_conv_nchwc_weights
@@ -51,7 +52,33 @@ struct ConvClass {
   int64_t sw = 0;  // column stride, 0 = any
   int64_t dw = 0;  // column dilation, 0 = any
   int64_t w = 0;   // input width, 0 = any (with kw, sw, dw: which depthwise row path runs)
+  int64_t g = 0;   // groups of a Pointwise / Spatial conv (1: dense), 0 = any
 };
+
+// A grouped (not depthwise) conv in NCHW<L>c runs on the dense kernel by windows: consecutive
+// output blocks that read one contiguous range of `span` input channels, `bpw` blocks per window.
+//   - Kg a multiple of L (ResNeXt's and RegNet's wider groups, ShuffleNet's): a window is one
+//     group, Kg / L blocks over its Cg input channels; no FMA is wasted.
+//   - L a multiple of Kg (ResNeXt-50's 4- and 8-wide groups on AVX-512): a window is one block
+//     holding L / Kg whole groups, over their (L / Kg) * Cg input channels; each lane's weights
+//     are zero outside its own group, so L / Kg of the FMAs do work (not G of them, as a dense
+//     conv over block-diagonal weights would).
+// The window must start on a block boundary (span a multiple of L) so that it is whole blocks of a
+// blocked input. A dense conv is one window of every block over all C channels.
+// The lowering (lowering/layout.cpp, grouped_conv_blocks) states the same rule to decide which
+// grouped convs run blocked; anything else stays NCHW (im2col per group, conv.h).
+struct ConvWindows {
+  int64_t bpw = 0, span = 0;  // output blocks and input channels per window; 0: not supported
+};
+constexpr ConvWindows conv_nchwc_windows(int64_t C, int64_t K, int64_t G, int64_t L) {
+  const int64_t Kb = (K + L - 1) / L;
+  if (G <= 1) return {Kb, C};
+  if (C % G != 0 || K % G != 0) return {};
+  const int64_t Cg = C / G, Kg = K / G;
+  if (Kg % L == 0 && Cg % L == 0) return {Kg / L, Cg};
+  if (L % Kg == 0 && (L / Kg * Cg) % L == 0) return {1, L / Kg * Cg};
+  return {};
+}
 
 // Whether arguments `a` belong to class `cc`.
 inline bool conv_pointwise_geometry(const ConvNchwcArgs& a) {
@@ -62,35 +89,56 @@ inline bool conv_class_admits(const ConvClass& cc, const ConvNchwcArgs& a) {
   if ((cc.K != 0 && cc.K != a.K) || (cc.kw != 0 && cc.kw != a.KW) || (cc.sw != 0 && cc.sw != a.stride_w) ||
       (cc.dw != 0 && cc.dw != a.dil_w) || (cc.w != 0 && cc.w != a.W))
     return false;
+  const bool dense_groups = !a.depthwise && (cc.g == 0 || cc.g == a.group);
   switch (cc.kind) {
     case ConvKind::Any: return true;
-    case ConvKind::Pointwise: return !a.depthwise && conv_pointwise_geometry(a);
-    case ConvKind::Spatial: return !a.depthwise;
+    case ConvKind::Pointwise: return dense_groups && conv_pointwise_geometry(a);
+    case ConvKind::Spatial: return dense_groups;
     case ConvKind::Depthwise: return a.depthwise;
   }
   return false;
 }
 
 // Weights [K, Cg, KH, KW] (Cg = C, or 1 for depthwise) -> [Kb, Cg, KH, KW, L], zero padded.
-inline int64_t conv_nchwc_packed_size(int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L) {
-  return nchwc_blocks(K, L) * Cg * KH * KW * L;
+// Grouped (G > 1, not depthwise; Cg = C / G): [Kb, span, KH, KW, L], block kb's channels being
+// its window's (conv_nchwc_windows), a lane's weight zero for a channel outside its group.
+inline int64_t conv_nchwc_packed_size(int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1) {
+  const int64_t span = G > 1 ? conv_nchwc_windows(Cg * G, K, G, L).span : Cg;
+  return nchwc_blocks(K, L) * span * KH * KW * L;
 }
-inline void pack_conv_nchwc_weights(const float* w, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, float* dst) {
-  const int64_t taps = Cg * KH * KW, Kb = nchwc_blocks(K, L);
-  for (int64_t kb = 0; kb < Kb; ++kb)
-    for (int64_t t = 0; t < taps; ++t)
-      for (int64_t l = 0; l < L; ++l) {
-        const int64_t k = kb * L + l;
-        dst[(kb * taps + t) * L + l] = k < K ? w[k * taps + t] : 0.f;
-      }
+inline void pack_conv_nchwc_weights(const float* w, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, float* dst,
+                                    int64_t G = 1) {
+  const int64_t ktaps = KH * KW, Kb = nchwc_blocks(K, L);
+  if (G <= 1) {
+    const int64_t taps = Cg * ktaps;
+    for (int64_t kb = 0; kb < Kb; ++kb)
+      for (int64_t t = 0; t < taps; ++t)
+        for (int64_t l = 0; l < L; ++l) {
+          const int64_t k = kb * L + l;
+          dst[(kb * taps + t) * L + l] = k < K ? w[k * taps + t] : 0.f;
+        }
+    return;
+  }
+  const ConvWindows win = conv_nchwc_windows(Cg * G, K, G, L);
+  const int64_t Kg = K / G;
+  for (int64_t kb = 0; kb < Kb; ++kb) {
+    const int64_t cw0 = kb / win.bpw * win.span;
+    for (int64_t cl = 0; cl < win.span; ++cl)
+      for (int64_t t = 0; t < ktaps; ++t)
+        for (int64_t l = 0; l < L; ++l) {
+          const int64_t k = kb * L + l, ci = cw0 + cl, g = k / Kg;
+          const bool in_group = k < K && ci >= g * Cg && ci < (g + 1) * Cg;
+          dst[((kb * win.span + cl) * ktaps + t) * L + l] = in_group ? w[(k * Cg + (ci - g * Cg)) * ktaps + t] : 0.f;
+        }
+  }
 }
 
 // Packed weights owned by a prepare entry point.
 struct PackedConvNchwc {
   std::vector<float> w;
-  void pack(const float* src, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L) {
-    w.assign(size_t(conv_nchwc_packed_size(K, Cg, KH, KW, L)), 0.f);
-    pack_conv_nchwc_weights(src, K, Cg, KH, KW, L, w.data());
+  void pack(const float* src, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1) {
+    w.assign(size_t(conv_nchwc_packed_size(K, Cg, KH, KW, L, G)), 0.f);
+    pack_conv_nchwc_weights(src, K, Cg, KH, KW, L, w.data(), G);
   }
 };
 
@@ -140,6 +188,12 @@ struct NchwcInput {
     sn = (blk ? nchwc_blocks(C, Lanes) : C) * cstride;
   }
   const float* chan(int64_t n, int64_t c) const { return x + n * sn + (blocked ? (c / L) * cstride + c % L : c * cstride); }
+  // The input from channel c0 on (a grouped conv's window; blocked: c0 a multiple of L).
+  NchwcInput from_channel(int64_t c0) const {
+    NchwcInput r = *this;
+    r.x = x + (blocked ? (c0 / L) * cstride : c0 * cstride);
+    return r;
+  }
 };
 
 // The weight panel a dense task reads after the current one (its next input-channel chunk, or
@@ -291,22 +345,31 @@ constexpr int conv_nchwc_ocbmax() {
 
 // Whether a dense task of `ocb` output blocks occurs in class CC: tasks take conv_nchwc_ocbmax
 // blocks, the last one of a channel range what is left.
+// A grouped conv's tasks do the same within each window of output blocks (the last one maybe shorter).
 template <class Arch, ConvClass CC>
 constexpr bool conv_nchwc_task_used(int ocb) {
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   constexpr int ocbmax = conv_nchwc_ocbmax<Arch>();
-  if (CC.K == 0) return ocb <= ocbmax;
+  if (CC.K == 0 || CC.g == 0) return ocb <= ocbmax;
   const int64_t Kb = (CC.K + L - 1) / L;
-  return ocb == ocbmax ? Kb >= ocbmax : ocb == Kb % ocbmax;
+  // Blocks per window depend on K, G and L only (conv_nchwc_windows; C = K stands in for the span).
+  const int64_t bpw = conv_nchwc_windows(CC.K, CC.K, CC.g, L).bpw;
+  if (bpw <= 0) return ocb <= ocbmax;
+  auto window_has = [&](int64_t blocks) { return ocb == ocbmax ? blocks >= ocbmax : ocb == blocks % ocbmax; };
+  return window_has(std::min(bpw, Kb)) || window_has(Kb - (Kb - 1) / bpw * bpw);
 }
 
 // Accumulators per pixel for OCB output blocks: all vector registers but the weights and the
 // broadcast input (16 on AVX2, 32 on AVX-512 and NEON).
+template <class Arch>
+constexpr int conv_nchwc_ur_of(int ocb) {
+  const int regs = vfloat<Arch>::size == 8 ? 16 : 32;
+  const int ur = (regs - ocb - 1) / ocb;
+  return ur > 14 ? 14 : ur;
+}
 template <class Arch, int OCB>
 constexpr int conv_nchwc_ur() {
-  constexpr int regs = vfloat<Arch>::size == 8 ? 16 : 32;
-  constexpr int ur = (regs - OCB - 1) / OCB;
-  return ur > 14 ? 14 : ur;
+  return conv_nchwc_ur_of<Arch>(OCB);
 }
 
 // Whether every tap of output pixel (oh, ow) reads inside the input (no padding).
@@ -329,26 +392,27 @@ inline bool conv_pixels_outermost(int64_t threads, int64_t K, int64_t taps, int6
   return threads > 1 && K * taps <= H * W;
 }
 
-// One task: output blocks [kb0, kb0 + OCB) of image n, pixels [q0, q1) of the flattened plane. The
-// input-channel chunk is the outer loop, so its weight panel comes from memory once per task and
-// from L2 for every tile after the first.
+// One task: output blocks [kb0, kb0 + OCB) of image n, pixels [q0, q1) of the flattened plane,
+// over the cin input channels of `in` (all C, or a grouped conv's window; the packed weights hold
+// wspan channels per block). The input-channel chunk is the outer loop, so its weight panel comes
+// from memory once per task and from L2 for every tile after the first.
 template <class Arch, ConvClass CC, int OCB, class Ep>
-inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cchunk, int64_t n,
-                            int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
+inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cin, int64_t wspan,
+                            int64_t cchunk, int64_t n, int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
   constexpr int UR = conv_nchwc_ur<Arch, OCB>();
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   const int64_t Kb = nchwc_blocks(a.K, L), taps = g.KH * g.KW;
-  const int64_t wstride = a.C * taps * L, ystride = g.OH * g.OW * L;
+  const int64_t wstride = wspan * taps * L, ystride = g.OH * g.OW * L;
   const float* w = a.w + kb0 * wstride;
   float* y = a.y + (n * Kb + kb0) * ystride;
-  for (int64_t c0 = 0; c0 < a.C; c0 += cchunk) {
-    const int64_t c1 = std::min(a.C, c0 + cchunk);
-    const bool first = c0 == 0, last = c1 == a.C;
+  for (int64_t c0 = 0; c0 < cin; c0 += cchunk) {
+    const int64_t c1 = std::min(cin, c0 + cchunk);
+    const bool first = c0 == 0, last = c1 == cin;
     // The next panel: this task's next chunk, or after the last one the next output blocks' first.
     ConvPanelPrefetch pf;
     if constexpr (CC.kind == ConvKind::Pointwise) {
-      if (c1 < a.C) pf = {w + c1 * L, std::min(a.C, c1 + cchunk) - c1, wstride};
-      else if (kb0 + OCB < Kb) pf = {w + OCB * wstride, std::min(a.C, cchunk), wstride};
+      if (c1 < cin) pf = {w + c1 * L, std::min(cin, c1 + cchunk) - c1, wstride};
+      else if (kb0 + OCB < Kb) pf = {w + OCB * wstride, std::min(cin, cchunk), wstride};
     }
     for (int64_t q = q0, oh = q0 / g.OW, ow = q0 % g.OW; q < q1; q += UR) {
       const int64_t nu = std::min<int64_t>(UR, q1 - q);
@@ -379,12 +443,12 @@ inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const Nch
 // Runs the task of `ocb` output blocks, where class CC has that task shape (see
 // conv_nchwc_task_used; the others are not compiled).
 template <class Arch, ConvClass CC, int OCB = conv_nchwc_ocbmax<Arch>(), class Ep>
-inline void conv_nchwc_task_of(int64_t ocb, const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cchunk,
-                               int64_t n, int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
+inline void conv_nchwc_task_of(int64_t ocb, const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cin,
+                               int64_t wspan, int64_t cchunk, int64_t n, int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
   if constexpr (OCB >= 1) {
     if constexpr (conv_nchwc_task_used<Arch, CC>(OCB))
-      if (ocb == OCB) return conv_nchwc_task<Arch, CC, OCB>(a, g, in, cchunk, n, kb0, q0, q1, ep);
-    conv_nchwc_task_of<Arch, CC, OCB - 1>(ocb, a, g, in, cchunk, n, kb0, q0, q1, ep);
+      if (ocb == OCB) return conv_nchwc_task<Arch, CC, OCB>(a, g, in, cin, wspan, cchunk, n, kb0, q0, q1, ep);
+    conv_nchwc_task_of<Arch, CC, OCB - 1>(ocb, a, g, in, cin, wspan, cchunk, n, kb0, q0, q1, ep);
   }
 }
 
@@ -392,8 +456,8 @@ template <class Arch, ConvClass CC, class Ep, class ParFor>
 void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   constexpr int OCBMAX = conv_nchwc_ocbmax<Arch>();
-  constexpr int64_t UR = conv_nchwc_ur<Arch, OCBMAX>();
   const int64_t Kb = nchwc_blocks(a.K, L);
+  const ConvWindows win = conv_nchwc_windows(a.C, a.K, a.group, L);  // checked by conv2d_nchwc
   ConvGeom g{a.H, a.W, a.OH, a.OW, a.KH, a.KW, a.stride_h, a.stride_w, a.pad_top, a.pad_left, a.dil_h, a.dil_w};
   const bool flat = a.KH == 1 && a.KW == 1 && a.stride_h == 1 && a.stride_w == 1 && a.pad_top == 0 && a.pad_left == 0 &&
                     a.OH == a.H && a.OW == a.W;
@@ -404,19 +468,23 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   // bounds than on FMAs (ResNet-50's 3x3 layers on 7x7 and 14x14 outputs ran at ~75-100 GFLOP/s
   // against ~150 for its 1x1 layers). The copy is one pass over the input, from cache; it is
   // skipped where it would cost more than it saves: inputs of under one block of channels (a
-  // first layer's 3 channels copy as 16) and convs with little work per input value.
+  // first layer's 3 channels copy as 16) and convs with little work per input value. A plain NCHW
+  // input (the first conv of a blocked chain) is blocked by the same copy, lanes past C zero.
   const float* xsrc = a.x;
+  bool x_blocked = a.x_blocked;
   const int64_t Hp = (a.OH - 1) * a.stride_h + (a.KH - 1) * a.dil_h + 1, Wp = (a.OW - 1) * a.stride_w + (a.KW - 1) * a.dil_w + 1;
   const int64_t Cb = nchwc_blocks(a.C, L);
-  const double fma_per_copied = double(a.K) * double(a.KH * a.KW) * double(a.C) * double(a.OH * a.OW) / double(Cb * L * Hp * Wp);
-  if (!flat && a.x_blocked && a.C >= L && fma_per_copied >= 32 &&
+  const double fma_per_copied = double(a.K) * double(a.KH * a.KW) * double(win.span) * double(a.OH * a.OW) / double(Cb * L * Hp * Wp);
+  if (!flat && a.C >= L && fma_per_copied >= 32 &&
       (a.pad_top > 0 || a.pad_left > 0 || Hp - a.pad_top > a.H || Wp - a.pad_left > a.W)) {
     float* xp = thread_scratch(ScratchSlot::ConvPadded, a.N * Cb * Hp * Wp * L);
     par(a.N * Cb, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
       for (int64_t t = lo; t < hi; ++t) {
-        const float* src = a.x + t * a.H * a.W * L;
         float* dst = xp + t * Hp * Wp * L;
         const int64_t w0 = std::min(a.pad_left, Wp), wn = std::max<int64_t>(0, std::min(a.W, Wp - w0));
+        // Plain input: block t's channels, each a plane of H*W (lanes past C read as zero).
+        const int64_t n = t / Cb, c0 = t % Cb * L, lanes = std::min(L, a.C - c0);
+        const float* plane = a.x + (n * a.C + c0) * a.H * a.W;
         for (int64_t r = 0; r < Hp; ++r) {
           float* d = dst + r * Wp * L;
           const int64_t ih = r - a.pad_top;
@@ -425,35 +493,51 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
             continue;
           }
           std::memset(d, 0, size_t(w0 * L) * sizeof(float));
-          std::memcpy(d + w0 * L, src + ih * a.W * L, size_t(wn * L) * sizeof(float));
+          if (a.x_blocked) {
+            std::memcpy(d + w0 * L, a.x + t * a.H * a.W * L + ih * a.W * L, size_t(wn * L) * sizeof(float));
+          } else {
+            for (int64_t j = 0; j < wn; ++j) {
+              float* dp = d + (w0 + j) * L;
+              const float* sp = plane + ih * a.W + j;
+              for (int64_t l = 0; l < L; ++l) dp[l] = l < lanes ? sp[l * a.H * a.W] : 0.f;
+            }
+          }
           std::memset(d + (w0 + wn) * L, 0, size_t((Wp - w0 - wn) * L) * sizeof(float));
         }
       }
     });
     xsrc = xp;
+    x_blocked = true;
     g.H = Hp, g.W = Wp, g.pt = 0, g.pl = 0;
   }
-  const NchwcInput in(xsrc, a.x_blocked, a.N, a.C, g.H, g.W, L);
+  const NchwcInput in(xsrc, x_blocked, a.N, a.C, g.H, g.W, L);
   // Input channels per pass: the weight panel (OCB blocks) stays within ~32 KiB (L1; at least one
   // block of channels), partial sums go through y between passes (never split across tasks:
   // results do not depend on par). A 128 KiB (L2) panel measured 5-10% slower on the 1x1 layers
   // with 256-2048 input channels on a Xeon (bench/kernels_bench.cpp --only conv).
   const int64_t cchunk = std::max<int64_t>(L, 8192 / (OCBMAX * L * g.KH * g.KW));
-  // Pixels per task, a multiple of UR: few enough that the task's partial sums (OCB blocks) stay
-  // within ~64 KiB, where the next chunk finds them; many enough that a task streams its weight
-  // panel for as many pixels as it can while every worker still gets ~4 tasks.
-  const int64_t P = g.OH * g.OW, kgroups = ceil_div(Kb, int64_t(OCBMAX));
-  const int64_t qmax = std::max<int64_t>(UR, 16384 / (OCBMAX * L) / UR * UR);
+  // Tasks along the output channels: each window's blocks in runs of OCBMAX.
+  const int64_t tpw = ceil_div(win.bpw, int64_t(OCBMAX)), P = g.OH * g.OW, kgroups = ceil_div(Kb, win.bpw) * tpw;
+  // Pixels per task, a multiple of the tile width UR of the usual task (ocb blocks: OCBMAX, or all
+  // of a narrower conv's or window's): few enough that the task's partial sums stay within ~64 KiB,
+  // where the next chunk finds them; many enough that a task streams its weight panel for as many
+  // pixels as it can while every worker still gets ~4 tasks. (Segments in multiples of the
+  // 4-block tile's 6 pixels left a 16-channel conv's 14-pixel tiles short at every task end, on
+  // the checked path.)
+  const int64_t ocb = std::min<int64_t>(OCBMAX, std::min(win.bpw, Kb)), UR = conv_nchwc_ur_of<Arch>(int(ocb));
+  const int64_t qmax = std::max<int64_t>(UR, 16384 / (ocb * L) / UR * UR);
   const int64_t want = 4 * std::max<int64_t>(1, a.threads), nseg_want = std::max<int64_t>(1, ceil_div(want, a.N * kgroups));
   const int64_t qseg = std::min(qmax, ceil_div(ceil_div(P, nseg_want), UR) * UR), nseg = ceil_div(P, qseg);
   const int64_t tasks = a.N * kgroups * nseg;
-  const bool pixels_outer = conv_pixels_outermost(a.threads, a.K, a.KH * a.KW, a.H, a.W);
+  const bool pixels_outer = conv_pixels_outermost(a.threads, a.K * win.span / a.C, a.KH * a.KW, a.H, a.W);
   par(tasks, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t n = t / (nseg * kgroups), i = t % (nseg * kgroups);
       const int64_t s = pixels_outer ? i / kgroups : i % nseg, kg = pixels_outer ? i % kgroups : i / nseg;
-      const int64_t kb0 = kg * OCBMAX, q0 = s * qseg, q1 = std::min(P, q0 + qseg);
-      conv_nchwc_task_of<Arch, CC>(std::min<int64_t>(OCBMAX, Kb - kb0), a, g, in, cchunk, n, kb0, q0, q1, ep);
+      const int64_t wi = kg / tpw, kb0 = wi * win.bpw + kg % tpw * OCBMAX, kend = std::min(Kb, (wi + 1) * win.bpw);
+      const int64_t q0 = s * qseg, q1 = std::min(P, q0 + qseg), cw0 = wi * win.span;
+      conv_nchwc_task_of<Arch, CC>(std::min<int64_t>(OCBMAX, kend - kb0), a, g, win.bpw == Kb ? in : in.from_channel(cw0),
+                                   std::min(win.span, a.C - cw0), win.span, cchunk, n, kb0, q0, q1, ep);
     }
   });
 }
@@ -635,6 +719,7 @@ void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& pa
 template <class Arch, ConvClass CC = ConvClass{}, class Ep = IdentityEpilogue, class ParFor = SerialFor>
 bool conv2d_nchwc(const ConvNchwcArgs& a, const Ep& ep = {}, const ParFor& par = {}) {
   if (!conv_class_admits(CC, a)) return false;
+  if (!a.depthwise && conv_nchwc_windows(a.C, a.K, a.group, vfloat<Arch>::size).bpw <= 0) return false;  // grouping not taken
   if (a.N <= 0 || a.K <= 0 || a.OH <= 0 || a.OW <= 0) return true;
   if constexpr (CC.kind == ConvKind::Depthwise || CC.kind == ConvKind::Any)
     if (a.depthwise) return detail::conv_nchwc_depthwise<Arch, CC>(a, ep, par), true;

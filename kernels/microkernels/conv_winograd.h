@@ -33,7 +33,7 @@ namespace nnfuse::mk {
 
 // Whether Winograd F(4x4,3x3) computes this convolution: dense (group 1), 3x3, stride 1, no dilation.
 inline bool conv_winograd_applicable(const ConvNchwcArgs& a) {
-  return !a.depthwise && a.KH == 3 && a.KW == 3 && a.stride_h == 1 && a.stride_w == 1 && a.dil_h == 1 && a.dil_w == 1 &&
+  return !a.depthwise && a.group == 1 && a.KH == 3 && a.KW == 3 && a.stride_h == 1 && a.stride_w == 1 && a.dil_h == 1 && a.dil_w == 1 &&
          a.OH > 0 && a.OW > 0;
 }
 
@@ -275,8 +275,8 @@ bool conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>&
       const detail::NchwcInput vin(Vt + xi * vslice, true, 1, a.C, 1, wg.T, L);
       const int64_t kb0 = kg * OCBMAX, q0 = s * qseg, q1 = std::min(wg.T, q0 + qseg);
       const IdentityEpilogue id;
-      constexpr ConvClass products{ConvKind::Pointwise, CC.K};
-      detail::conv_nchwc_task_of<Arch, products>(std::min<int64_t>(OCBMAX, Kb - kb0), b, g1, vin, cchunk, 0, kb0, q0, q1, id);
+      constexpr ConvClass products{ConvKind::Pointwise, CC.K, 0, 0, 0, 0, 1};  // dense
+      detail::conv_nchwc_task_of<Arch, products>(std::min<int64_t>(OCBMAX, Kb - kb0), b, g1, vin, a.C, a.C, cchunk, 0, kb0, q0, q1, id);
     }
   });
 

@@ -390,12 +390,13 @@ void winograd_cases(Checker& ck) {
   }
 }
 
-// conv2d_nchwc through the instantiation of shape class {kind, K} (K a compile-time constant).
-template <class Arch, int64_t K, class Ep>
+// conv2d_nchwc through the instantiation of shape class {kind, K} (K a compile-time constant), and
+// with G > 0 of {kind, K, groups G} as the generator emits a dense or grouped conv's.
+template <class Arch, int64_t K, class Ep, int64_t G = 0>
 bool conv_in_class(mk::ConvKind kind, const mk::ConvNchwcArgs& a, const Ep& ep) {
   switch (kind) {
-    case mk::ConvKind::Pointwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Pointwise, K}>(a, ep);
-    case mk::ConvKind::Spatial: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Spatial, K}>(a, ep);
+    case mk::ConvKind::Pointwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Pointwise, K, 0, 0, 0, 0, G}>(a, ep);
+    case mk::ConvKind::Spatial: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Spatial, K, 0, 0, 0, 0, G}>(a, ep);
     case mk::ConvKind::Depthwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, K}>(a, ep);
     default: return mk::conv2d_nchwc<Arch>(a, ep);
   }
@@ -418,7 +419,7 @@ bool depthwise_in_width_class(const mk::ConvNchwcArgs& a, const Ep& ep) {
 template <class Arch>
 void nchwc_cases(Checker& ck) {
   constexpr int64_t L = int64_t(mk::vfloat<Arch>::size);
-  struct C { int64_t N, C, H, W, K, KH, KW, s, p, d; bool dw, xblk; };
+  struct C { int64_t N, C, H, W, K, KH, KW, s, p, d; bool dw, xblk; int64_t g = 1; };
   for (C c : {C{1, 3, 7, 9, 5, 3, 3, 1, 1, 1, false, false}, C{2, 17, 11, 10, 20, 3, 3, 2, 1, 1, false, true},
               C{1, 7, 9, 9, 7, 3, 3, 1, 1, 1, true, true}, C{1, 20, 13, 12, 20, 5, 5, 2, 2, 2, true, true},
               C{1, 33, 5, 7, 40, 1, 1, 1, 0, 1, false, true}, C{1, 5, 1, 129, 17, 1, 3, 1, 1, 1, false, true},
@@ -445,21 +446,50 @@ void nchwc_cases(Checker& ck) {
               // 2, and pads past the kernel's reach (whole rows and columns of padding). Depthwise
               // reads blocked input only (the layout pass blocks a depthwise conv's input first).
               C{1, 20, 9, 4, 20, 3, 3, 2, 1, 1, true, true}, C{2, 20, 9, 5, 20, 3, 3, 1, 2, 2, true, true},
-              C{1, 17, 8, 6, 17, 5, 5, 1, 4, 1, true, true}, C{1, 9, 7, 3, 9, 3, 3, 2, 3, 2, true, true}}) {
+              C{1, 17, 8, 6, 17, 5, 5, 1, 4, 1, true, true}, C{1, 9, 7, 3, 9, 3, 3, 2, 3, 2, true, true},
+              // Grouped (not depthwise) convs by windows of output blocks (conv_nchwc_windows):
+              // groups of 4 channels (several groups per block, a last window short of a block,
+              // stride 2, batch 2, dilation 2 on a zero-bordered copy), of 32 (several blocks per
+              // window), a pointwise one with Cg != Kg, a plain input, a 1x1 with several
+              // input-channel chunks per window, and groups of 24 (not whole blocks at L = 16:
+              // refused there, whole blocks at L = 8 and 4).
+              C{1, 16, 9, 9, 16, 3, 3, 1, 1, 1, false, true, 4}, C{2, 40, 7, 6, 40, 3, 3, 2, 1, 1, false, true, 10},
+              C{1, 20, 8, 8, 20, 3, 3, 1, 2, 2, false, true, 5}, C{1, 64, 6, 7, 64, 3, 3, 1, 1, 1, false, true, 2},
+              C{1, 32, 5, 8, 16, 1, 1, 1, 0, 1, false, true, 4}, C{1, 48, 6, 6, 48, 3, 3, 1, 1, 1, false, false, 3},
+              C{1, 1024, 3, 3, 64, 1, 1, 1, 0, 1, false, true, 2}, C{1, 96, 5, 5, 96, 3, 3, 1, 1, 1, false, true, 4}}) {
     const int64_t OH = (c.H + 2 * c.p - (c.KH - 1) * c.d - 1) / c.s + 1, OW = (c.W + 2 * c.p - (c.KW - 1) * c.d - 1) / c.s + 1;
-    const int64_t Cg = c.dw ? 1 : c.C, Kb = mk::nchwc_blocks(c.K, L);
+    const int64_t Cg = c.dw ? 1 : c.C / c.g, Kb = mk::nchwc_blocks(c.K, L);
     auto x = rnd(size_t(c.N * c.C * c.H * c.W), 31), w = rnd(size_t(c.K * Cg * c.KH * c.KW), 32), bias = rnd(size_t(c.K), 33);
     // Depthwise: one group per channel (K == C).
-    const std::vector<double> want = naive_conv_bias_relu(x, w, bias, c.N, c.C, c.H, c.W, c.K, c.KH, c.KW, c.s, c.p, c.d, c.dw ? c.C : 1);
+    const std::vector<double> want = naive_conv_bias_relu(x, w, bias, c.N, c.C, c.H, c.W, c.K, c.KH, c.KW, c.s, c.p, c.d, c.dw ? c.C : c.g);
     auto xb = c.xblk ? to_blocked(x, c.N, c.C, c.H * c.W, L) : x;
     mk::PackedConvNchwc pw;
-    pw.pack(w.data(), c.K, Cg, c.KH, c.KW, L);
+    pw.pack(w.data(), c.K, Cg, c.KH, c.KW, L, c.dw ? 1 : c.g);
     std::vector<float> bpad(size_t(Kb * L), 0.f);
     std::copy(bias.begin(), bias.end(), bpad.begin());
     mk::ConvNchwcArgs a;
     a.N = c.N, a.C = c.C, a.H = c.H, a.W = c.W, a.K = c.K, a.OH = OH, a.OW = OW, a.KH = c.KH, a.KW = c.KW;
     a.stride_h = a.stride_w = c.s, a.pad_top = a.pad_left = c.p, a.dil_h = a.dil_w = c.d, a.depthwise = c.dw;
+    a.group = c.dw ? 1 : c.g;
     a.x = xb.data(), a.x_blocked = c.xblk, a.w = pw.w.data();
+    std::string what = "conv_nchwc C" + std::to_string(c.C) + " K" + std::to_string(c.K) + " k" + std::to_string(c.KH) + "x" +
+                       std::to_string(c.KW) + (c.dw ? " depthwise" : "") + (c.g > 1 ? " group " + std::to_string(c.g) : "") +
+                       (c.xblk ? "" : " plain-input");
+    if (c.g > 1) {
+      // A grouping is taken when a group's output channels are whole blocks (its input channels
+      // too), or a block holds whole groups whose input channels are whole blocks; else refused.
+      const int64_t Kg = c.K / c.g;
+      const bool takes = (Kg % L == 0 && Cg % L == 0) || (L % Kg == 0 && (L / Kg * Cg) % L == 0);
+      std::vector<float> yb(size_t(c.N * Kb * OH * OW * L), -7.f);
+      const std::vector<float> untouched = yb;
+      a.y = yb.data();
+      const bool ran = mk::conv2d_nchwc<Arch>(a, BlockedBiasRelu<Arch>{bpad.data(), Kb});
+      if (ran != takes) std::printf("FAIL %s: ran %d, expected %d\n", what.c_str(), int(ran), int(takes)), ++ck.failures;
+      if (!takes) {
+        if (yb != untouched) std::printf("FAIL %s: a refused grouping wrote output\n", what.c_str()), ++ck.failures;
+        continue;
+      }
+    }
     // Serial; a two-thread par-for; and serial again with a.threads = 7 (which splits rows into
     // more tasks): the same result every time.
     std::vector<float> out[3];
@@ -472,8 +502,6 @@ void nchwc_cases(Checker& ck) {
       out[par].resize(want.size());
       mk::nchwc_to_nchw(yb.data(), c.N, c.K, OH * OW, L, out[par].data());
     }
-    std::string what = "conv_nchwc C" + std::to_string(c.C) + " K" + std::to_string(c.K) + " k" + std::to_string(c.KH) + "x" +
-                       std::to_string(c.KW) + (c.dw ? " depthwise" : "") + (c.xblk ? "" : " plain-input");
     ck.close(what.c_str(), out[0], want);
     ck.same(what.c_str(), out[0], out[1]);
     ck.same(what.c_str(), out[0], out[2]);
@@ -519,6 +547,17 @@ void nchwc_cases(Checker& ck) {
       yc = untouched;
       const bool ran_other = w37 ? depthwise_in_width_class<Arch, 3, 5>(a, ep) : depthwise_in_width_class<Arch, 3, 37>(a, ep);
       if (ran_other || yc != untouched) std::printf("FAIL %s: a class of another input width ran\n", what.c_str()), ++ck.failures;
+    }
+    if (c.g > 1 && c.K == 40) {
+      // The generator's class names the groups: {Spatial, 40, groups 10} runs it, the dense
+      // {Spatial, 40, groups 1} refuses it.
+      const bool ran = conv_in_class<Arch, 40, BlockedBiasRelu<Arch>, 10>(kind, a, ep);
+      mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
+      if (!ran) std::printf("FAIL %s: refused by its grouped class\n", what.c_str()), ++ck.failures;
+      ck.same((what + " grouped class").c_str(), out[0], got);
+      yc = untouched;
+      if (conv_in_class<Arch, 40, BlockedBiasRelu<Arch>, 1>(kind, a, ep) || yc != untouched)
+        std::printf("FAIL %s: the dense class ran a grouped conv\n", what.c_str()), ++ck.failures;
     }
     const mk::ConvKind other = kind == mk::ConvKind::Spatial ? mk::ConvKind::Pointwise : mk::ConvKind::Spatial;
     const bool ran_other = c.dw ? conv_in_class<Arch, 0>(other, a, ep) : c.K == 20 ? conv_in_class<Arch, 40>(kind, a, ep)
