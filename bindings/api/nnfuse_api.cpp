@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -305,22 +308,83 @@ struct CompiledModel::Impl {
   // Other targets with symbolic input dims compile once per set of input shapes.
   mutable std::mutex mu;
   mutable std::map<std::vector<in::Shape>, std::shared_ptr<in::Executable>> by_shape;
+  // Background mode: the reference executable serves runs whose shapes' build is not done.
+  bool background = false;
+  std::unique_ptr<in::Executable> reference;
+  mutable std::atomic<size_t> reference_runs{0};  // runs it served (reported by info())
+  using Build = std::shared_future<std::shared_ptr<in::Executable>>;
+  // Builds started and not yet moved to by_shape (a failed one stays: its get() rethrows).
+  // Declared after everything a build reads, so destroying the Impl waits for them first.
+  mutable std::map<std::vector<in::Shape>, Build> building;
 
-  std::shared_ptr<in::Executable> for_shapes(const in::TensorMap& feeds) const {
+  std::vector<in::Shape> shape_key(const in::TensorMap& feeds, std::map<std::string, in::Shape>* bind) const {
     std::vector<in::Shape> key;
-    std::map<std::string, in::Shape> bind;
+    if (static_inputs) return key;  // one build, for the declared shapes
     for (auto& n : input_names) {
       key.push_back(feeds.at(n).shape());
-      bind[n] = feeds.at(n).shape();
+      if (bind) (*bind)[n] = feeds.at(n).shape();
     }
+    return key;
+  }
+
+  // The build of the model bound to `bind` (a copy of everything it needs: it may outlive a run).
+  std::function<std::shared_ptr<in::Executable>()> build_job(const std::map<std::string, in::Shape>& bind) const {
+    in::Model bound = model;
+    if (!bind.empty()) in::bind_input_shapes(bound.graph, bind);
+    return [bound = std::move(bound), plan = plan, opt = opt]() {
+      return std::shared_ptr<in::Executable>(in::compile(bound, plan ? &*plan : nullptr, opt));
+    };
+  }
+
+  std::shared_ptr<in::Executable> for_shapes(const in::TensorMap& feeds) const {
+    std::map<std::string, in::Shape> bind;
+    std::vector<in::Shape> key = shape_key(feeds, &bind);
     std::lock_guard<std::mutex> lock(mu);
     auto it = by_shape.find(key);
     if (it != by_shape.end()) return it->second;
-    in::Model bound = model;
-    in::bind_input_shapes(bound.graph, bind);
-    auto exe = std::shared_ptr<in::Executable>(in::compile(bound, plan ? &*plan : nullptr, opt));
+    auto exe = build_job(bind)();
     by_shape[key] = exe;
     return exe;
+  }
+
+  void start_build(const std::vector<in::Shape>& key, const std::map<std::string, in::Shape>& bind) const {
+    building[key] = std::async(std::launch::async, build_job(bind)).share();
+  }
+
+  // Background mode: the compiled executable for these feeds' shapes, or null while its build
+  // runs (starting it for shapes not seen before). A failed build rethrows here.
+  std::shared_ptr<in::Executable> compiled_for(const in::TensorMap& feeds) const {
+    std::map<std::string, in::Shape> bind;
+    std::vector<in::Shape> key = shape_key(feeds, &bind);
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = by_shape.find(key);
+    if (it != by_shape.end()) return it->second;
+    auto b = building.find(key);
+    if (b == building.end()) {
+      start_build(key, bind);
+      return nullptr;
+    }
+    if (b->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
+    auto exe = b->second.get();  // rethrows a failed build (which then stays, failing every run)
+    by_shape[key] = exe;
+    building.erase(b);
+    return exe;
+  }
+
+  void wait_builds() const {
+    std::vector<std::pair<std::vector<in::Shape>, Build>> pending;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      pending.assign(building.begin(), building.end());
+    }
+    for (auto& [key, f] : pending) f.wait();
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [key, f] : pending) {
+      auto b = building.find(key);
+      if (b == building.end()) continue;
+      by_shape[key] = b->second.get();
+      building.erase(b);
+    }
   }
 };
 
@@ -338,10 +402,19 @@ CompiledModel compile(const Model& model, const CompileOptions& opt) {
     impl->ins = infos(g, impl->input_names);
     impl->outs = infos(g, g.outputs());
     for (auto& n : impl->input_names) impl->static_inputs &= g.type(n).is_static();
-    if (impl->static_inputs || opt.target == "reference")
+    impl->background = opt.background && opt.target != "reference";
+    if (impl->background) {
+      in::target_by_name(opt.target);  // unknown targets fail now, not in the background
+      in::CompileOptions ref = impl->opt;
+      ref.target = "reference";
+      impl->reference = in::compile(impl->model, impl->plan ? &*impl->plan : nullptr, ref);
+      // Static shapes are known now: start their build at once.
+      if (impl->static_inputs) impl->start_build({}, {});
+    } else if (impl->static_inputs || opt.target == "reference") {
       impl->exe = in::compile(impl->model, impl->plan ? &*impl->plan : nullptr, impl->opt);
-    else
+    } else {
       in::target_by_name(opt.target);  // unknown targets fail now, not at the first run
+    }
     CompiledModel c;
     c.impl_ = impl;
     return c;
@@ -375,10 +448,15 @@ TensorMap CompiledModel::run(const TensorMap& feeds, const std::vector<std::stri
       if (std::find(all_outputs.begin(), all_outputs.end(), n) == all_outputs.end())
         invalid("'" + n + "' is not an output of the model (outputs: " + join(all_outputs) + ")");
     in::TensorMap results;
-    if (im.exe)
+    if (im.exe) {
       results = im.exe->run(in_feeds);
-    else
+    } else if (im.background) {
+      auto exe = im.compiled_for(in_feeds);
+      if (!exe) ++im.reference_runs;
+      results = exe ? exe->run(in_feeds) : im.reference->run(in_feeds);
+    } else {
       results = im.for_shapes(in_feeds)->run(in_feeds);
+    }
     TensorMap out;
     for (auto& n : output_names.empty() ? all_outputs : output_names) {
       auto it = results.find(n);
@@ -394,10 +472,40 @@ std::vector<ValueInfo> CompiledModel::outputs() const { return impl_->outs; }
 std::string CompiledModel::target() const { return impl_->opt.target; }
 std::string CompiledModel::info() const {
   return guarded([&] {
-    if (impl_->exe) return impl_->exe->info().dump();
-    nlohmann::json j = {{"target", impl_->opt.target}, {"compiled_per_input_shapes", true}};
+    const Impl& im = *impl_;
+    if (im.exe) return im.exe->info().dump();
+    nlohmann::json j = {{"target", im.opt.target}, {"compiled_per_input_shapes", !im.static_inputs}};
+    std::lock_guard<std::mutex> lock(im.mu);
+    if (im.background) {
+      // Builds per set of input shapes: "ready" (runs use the generated kernels), "building"
+      // (runs use the reference kernels), "failed" (runs raise its error).
+      size_t building = 0, failed = 0;
+      for (auto& [key, f] : im.building) {
+        if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+          ++building;
+          continue;
+        }
+        try {
+          f.get();
+        } catch (...) {
+          ++failed;
+        }
+      }
+      j["background"] = {{"ready", im.by_shape.size()}, {"building", building}, {"failed", failed},
+                         {"reference_runs", im.reference_runs.load()}};
+    }
+    // Static inputs: the one build's own report once it is done.
+    if (im.static_inputs && im.by_shape.size() == 1) {
+      nlohmann::json e = im.by_shape.begin()->second->info();
+      for (auto& [k, v] : j.items()) e[k] = v;
+      return e.dump();
+    }
     return j.dump();
   });
+}
+
+void CompiledModel::wait() const {
+  guarded([&] { impl_->wait_builds(); });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -210,17 +210,24 @@ PYBIND11_MODULE(_core, m) {
       .def("inputs", &CompiledModel::inputs)
       .def("outputs", &CompiledModel::outputs)
       .def_property_readonly("target", &CompiledModel::target)
-      .def("info", &CompiledModel::info);
+      .def("info", &CompiledModel::info)
+      .def("wait", [](const CompiledModel& self) {
+        py::gil_scoped_release nogil;
+        self.wait();
+      });
 
-  m.def("compile", [](const Model& model, const std::string& target, int threads, const std::string& cache_dir, bool profile) {
+  m.def("compile", [](const Model& model, const std::string& target, int threads, const std::string& cache_dir, bool profile,
+                       bool background) {
         CompileOptions o;
         o.target = target;
         o.threads = threads;
         o.cache_dir = cache_dir;
         o.profile = profile;
+        o.background = background;
         py::gil_scoped_release nogil;
         return compile(model, o);
-      }, py::arg("model"), py::arg("target") = "host", py::arg("threads") = 0, py::arg("cache_dir") = "", py::arg("profile") = true);
+      }, py::arg("model"), py::arg("target") = "host", py::arg("threads") = 0, py::arg("cache_dir") = "", py::arg("profile") = true,
+      py::arg("background") = false);
 
   m.def("version", &version);
   m.def("zoo_names", &zoo_names);

@@ -201,6 +201,13 @@ struct CompileOptions {
   // Time each convolution's candidate algorithms (direct, Winograd) on this machine and keep the
   // fastest (timings cached per machine and layer shape); false: the cost model, deterministic.
   bool profile = true;
+  // Return at once and build the generated kernels in a background thread: until the kernels for
+  // a run's input shapes are ready, the run is served by the reference kernels (same fusion plan,
+  // same results within float tolerance, much slower), then by the compiled ones. A model with
+  // dynamic input dims starts a build for each new set of input shapes at its first run. A failed
+  // build is raised by every later run() and by wait(). The build shares the CPU with the runs it
+  // serves; destroying the last copy of the CompiledModel waits for builds still going.
+  bool background = false;
 };
 
 // A model compiled for one target. run() may be called from several threads at once.
@@ -212,7 +219,10 @@ class CompiledModel {
   std::vector<ValueInfo> inputs() const;
   std::vector<ValueInfo> outputs() const;
   std::string target() const;
-  std::string info() const;  // JSON object text: target, kernels, ...
+  std::string info() const;  // JSON object text: target, kernels, ...; "background": build states
+  // Background builds (CompileOptions::background): waits until every build started so far has
+  // finished; rethrows the first that failed. Returns at once otherwise.
+  void wait() const;
 
  private:
   struct Impl;

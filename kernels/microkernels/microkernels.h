@@ -99,11 +99,14 @@
 // [N, C, H, W] stored as [N, ceil(C/L), H, W, L], L = vfloat<Arch>::size; padding channels hold
 // anything and are never read as data. ep rows: n*Cb + cb, cols: (oh*OW + ow)*L (the physical
 // [N*Cb, OH*OW*L] view: a batch is L channels of one pixel).
-// conv2d_nchwc<Arch>(ConvNchwcArgs, ep, par)  group 1 (input NCHW<L>c or plain NCHW) or depthwise
-//   (group == C == K, blocked input); weights packed by pack_conv_nchwc_weights to [Kb, Cg, KH, KW, L];
+// conv2d_nchwc<Arch>(ConvNchwcArgs, ep, par)  group 1 (input NCHW<L>c or plain NCHW), depthwise
+//   (group == C == K, blocked input), or grouped by whole blocks (conv_nchwc_windows; any other
+//   grouping returns false); weights packed by pack_conv_nchwc_weights to [Kb, Cg, KH, KW, L]
+//   (grouped: [Kb, window span, KH, KW, L]);
 //   register-blocked over up to 4 output blocks x UR pixels; a 1x1/stride-1/unpadded conv walks the
-//   plane as one row. conv2d_nchwc<Arch, ConvClass{kind, K, kw, sw}> compiles only the paths of
-//   that class (Pointwise / Spatial / Depthwise, output channels K, kernel width and column stride)
+//   plane as one row. conv2d_nchwc<Arch, ConvClass{kind, K, kw, sw, dw, w, g}> compiles only the
+//   paths of that class (Pointwise / Spatial / Depthwise, output channels K, kernel width, column
+//   stride, dilation, input width, groups)
 //   and returns false for arguments outside it.
 // conv2d_nchwc_winograd<Arch[, ConvClass]>(ConvNchwcArgs, PackedConvWinograd, ep, par)  (conv_winograd.h)
 //   Winograd F(4x4, 3x3) for dense 3x3 stride-1 undilated convs (conv_winograd_applicable), any

@@ -53,7 +53,9 @@ def _host_available() -> bool:
 
 
 CASES = [(name, "reference") for name in TINY_MODELS]
-if _host_available():
+HOST = _host_available()
+needs_host = pytest.mark.skipif(not HOST, reason="this build has no CPU code generator")
+if HOST:
     CASES += [(name, "host") for name in TINY_MODELS if name in HOST_MODELS]
 
 
@@ -164,6 +166,79 @@ def test_concurrent_runs_on_one_session(zoo_dir, target):
         for r in range(8):
             for g, w in zip(got[k][r], want[k]):
                 np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def _assert_matches_ort(got: dict, ort_sess, feeds, what: str) -> None:
+    want = ort_sess.run(None, feeds)
+    for out, w in zip(ort_sess.get_outputs(), want):
+        np.testing.assert_allclose(got[out.name], w, rtol=RTOL, atol=ATOL, err_msg=f"{what}/{out.name}")
+
+
+@needs_host
+def test_background_compile_serves_reference_then_generated_kernels(zoo_dir, tmp_path):
+    """compile(background=True) returns before the kernels are built; runs meanwhile are served by
+    the reference kernels, and after wait() by the generated ones, both matching ONNX Runtime."""
+    path = zoo_dir / "resnet_tiny.onnx"
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    graph = nnfuse.load(path)
+    graph.optimize()
+    # An empty kernel cache: the build runs the C++ compiler for seconds.
+    model = nnfuse.compile(graph, "host", cache_dir=tmp_path / "cache", background=True)
+    state = model.info["background"]
+    assert state["building"] == 1 and state["ready"] == 0 and state["failed"] == 0, state
+    feeds = feeds_for(model.inputs)
+    _assert_matches_ort(model.run(feeds), ref, feeds, "while building")
+    assert model.info["background"]["reference_runs"] == 1
+    model.wait()
+    info = model.info
+    assert info["background"] == {"ready": 1, "building": 0, "failed": 0, "reference_runs": 1}, info["background"]
+    assert info.get("generated_stages", 0) > 0, info  # the build's own report once it is done
+    _assert_matches_ort(model.run(feeds), ref, feeds, "generated")
+    assert model.info["background"]["reference_runs"] == 1  # served by the generated kernels
+
+
+@needs_host
+def test_background_compile_builds_each_new_input_shape_once():
+    """A dynamic batch dim: each new batch size is served by the reference kernels on its first
+    run while its kernels build, then by them; sizes seen before never build again."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], rng.standard_normal(8 * 27).astype(np.float32).tolist())
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 10, 9])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]), helper.make_node("Flatten", ["p"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "dyn", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 13)],
+                              ir_version=8)
+    data = model.SerializeToString()
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    sess = nnfuse.InferenceSession(data, target="host", background=True)
+    served_by_reference = 0
+    for n, new_shape in [(1, True), (1, False), (3, True), (1, False), (3, False)]:
+        feeds = {"x": rng.standard_normal((n, 3, 10, 9)).astype(np.float32)}
+        (got,) = sess.run(None, feeds)
+        np.testing.assert_allclose(got, ref.run(None, feeds)[0], rtol=RTOL, atol=ATOL, err_msg=f"batch {n}")
+        served_by_reference += new_shape
+        assert sess.info["background"]["reference_runs"] == served_by_reference, (n, sess.info)
+        sess.wait()
+    assert sess.info["background"] == {"ready": 2, "building": 0, "failed": 0, "reference_runs": 2}
+
+
+@needs_host
+def test_background_compile_failure_is_raised(zoo_dir, tmp_path, monkeypatch):
+    """A build that fails (no C++ compiler) is raised by wait() and by every later run, naming
+    the compiler; it is never silently replaced by the reference kernels."""
+    monkeypatch.setenv("NNFUSE_CXX", "/nonexistent/c++")
+    graph = nnfuse.load(zoo_dir / "resnet_tiny.onnx")
+    graph.optimize()
+    model = nnfuse.compile(graph, "host", cache_dir=tmp_path / "cache", background=True)
+    with pytest.raises(nnfuse.Error, match="nonexistent"):
+        model.wait()
+    assert model.info["background"]["failed"] == 1
+    with pytest.raises(nnfuse.Error, match="nonexistent"):
+        model.run(feeds_for(model.inputs))
 
 
 def test_load_optimize_compile_run(zoo_dir):

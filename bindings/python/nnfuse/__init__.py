@@ -230,8 +230,19 @@ class CompiledModel:
 
     @property
     def info(self) -> Dict[str, Any]:
-        """What the backend reports about the compiled model: target, kernels, ..."""
+        """What the backend reports about the compiled model: target, kernels, ...
+
+        Compiled with ``background=True``: ``info["background"]`` counts the kernel builds per
+        set of input shapes that are ``ready``, ``building`` (runs of those shapes use the
+        reference kernels meanwhile) and ``failed``.
+        """
         return json.loads(self._c.info())
+
+    def wait(self) -> None:
+        """Compiled with ``background=True``: blocks until every kernel build started so far is
+        done (later runs of those shapes use the generated kernels). Raises the error of a build
+        that failed. Returns at once otherwise."""
+        self._c.wait()
 
     def run(self, feeds: Mapping[str, Any], output_names: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
         """Runs the model.
@@ -280,7 +291,7 @@ def load(path_or_bytes: Union[PathLike, bytes, bytearray, memoryview, Any], *,
 
 
 def compile(graph: Graph, target: str = "host", *, threads: int = 0,
-            cache_dir: Optional[PathLike] = None, profile: bool = True) -> CompiledModel:
+            cache_dir: Optional[PathLike] = None, profile: bool = True, background: bool = False) -> CompiledModel:
     """Compiles ``graph`` as it stands for ``target``.
 
     An optimized graph runs block by block as its fusion plan says; a graph not optimized runs one
@@ -289,11 +300,19 @@ def compile(graph: Graph, target: str = "host", *, threads: int = 0,
     ``profile=True`` times each 3x3 convolution's algorithms (direct, Winograd) on this machine
     and keeps the fastest (timings cached per machine and layer shape); ``False`` uses the cost
     model alone, deterministically.
+
+    ``background=True`` returns at once and builds the generated kernels in a background thread:
+    until they are ready for a run's input shapes, that run is served by the reference kernels
+    (same fusion plan, same results within float tolerance, much slower), then by the generated
+    ones. A model with dynamic input dims starts a build for each new set of input shapes at its
+    first run. A failed build is raised by every later run and by :meth:`CompiledModel.wait`.
+    The build shares the CPU with the runs it serves; dropping the model waits for builds still
+    going.
     """
     if not isinstance(graph, Graph):
         raise InvalidArgument(f"compile() takes an nnfuse.Graph (from nnfuse.load), got {type(graph).__name__}")
     cd = "" if cache_dir is None else _fspath(cache_dir, "cache_dir")
-    return CompiledModel(_core.compile(graph._m, target, threads, cd, bool(profile)))
+    return CompiledModel(_core.compile(graph._m, target, threads, cd, bool(profile), bool(background)))
 
 
 def export_rewritten(graph: Graph, path: PathLike) -> None:

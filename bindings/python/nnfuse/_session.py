@@ -26,6 +26,10 @@ class InferenceSession:
         rules: user rule files applied on top of the shipped ones.
         shapes: bind dynamic input dims, e.g. ``{"input": [1, 3, 224, 224]}``.
         profile: ``False`` settles undecided fusions by the cost model alone.
+        background: return as soon as the model is optimized and serve runs with the reference
+            kernels while the generated ones are built in a background thread (per set of input
+            shapes for dynamic dims); see :func:`nnfuse.compile`. :meth:`wait` blocks until they
+            are ready.
 
     Attributes:
         graph: the optimized :class:`nnfuse.Graph`.
@@ -35,15 +39,26 @@ class InferenceSession:
     def __init__(self, path_or_bytes: Union[PathLike, bytes, Any], sess_options: Any = None,
                  providers: Optional[Sequence[Any]] = None, provider_options: Optional[Sequence[Any]] = None, *,
                  target: str = "host", pipeline: str = "auto", rules: Sequence[PathLike] = (),
-                 shapes: Optional[Mapping[str, Sequence[int]]] = None, profile: bool = True, **kwargs: Any):
+                 shapes: Optional[Mapping[str, Sequence[int]]] = None, profile: bool = True, background: bool = False,
+                 **kwargs: Any):
         self.graph: Graph = load(path_or_bytes, shapes=shapes)
         self.optimize_report: Dict[str, Any] = {}
         if pipeline != "none":
             self.optimize_report = self.graph.optimize(pipeline, rules, target, profile=profile)
-        self._compiled: CompiledModel = compile(self.graph, target)
+        self._compiled: CompiledModel = compile(self.graph, target, background=background)
         self._inputs = self._compiled.inputs
         self._outputs = self._compiled.outputs
         self._target = target
+
+    def wait(self) -> None:
+        """With ``background=True``: blocks until the kernel builds started so far are done
+        (raising the error of one that failed); at once otherwise."""
+        self._compiled.wait()
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """The compiled model's report (:attr:`nnfuse.CompiledModel.info`)."""
+        return self._compiled.info
 
     def get_inputs(self) -> List[NodeArg]:
         """The model's runtime inputs (name, shape, type), as ONNX Runtime lists them."""
