@@ -211,3 +211,59 @@ TEST_CASE("layout: a channel Split on a block boundary reads the blocked buffer 
     fs::remove_all(cache, ec);
   }
 }
+
+TEST_CASE("layout: 1-D and grouped convs run blocked between plain buffers and match the reference", "[layout][codegen]") {
+  // A 1-D conv (lowered over [N, C, 1, L]) gets a 4-D driver and runs blocked; so do a strided
+  // long-kernel 1-D conv (a spectrogram front end), a grouped 2-D conv with 4-channel groups and
+  // one with 24-channel groups (whole blocks at c = 8 and 4, not at 16: NCHW there). Each sits
+  // between plain buffers (a Reshape or the model output follows), so only the conv is blocked.
+  GraphBuilder gb("lone_convs");
+  auto wave = gb.input("wave", DType::Float32, {2, 1, 700});
+  auto spec = gb.op("Conv", {wave, gb.weight("stft", {24, 1, 64}, 0.2f)}, GraphBuilder::attrs({{"strides", A::is({16})}}));
+  auto c1 = gb.op("Conv", {gb.op("Relu", {spec}), gb.weight("w1", {20, 24, 5}, 0.2f), gb.weight("b1", {20})},
+                  GraphBuilder::attrs({{"pads", A::is({2, 2})}}));
+  gb.output(c1);
+  auto x = gb.input("x", DType::Float32, {1, 48, 7, 9});
+  auto g4 = gb.op("Conv", {x, gb.weight("g4", {48, 4, 3, 3}, 0.3f)}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}, {"group", A::i(12)}}));
+  auto g24 = gb.op("Conv", {gb.op("Relu", {g4}), gb.weight("g24", {48, 24, 3, 3}, 0.3f)},
+                   GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}, {"group", A::i(2)}}));
+  gb.output(g24);
+  Model m = gb.finish();
+  FusionPlan plan = host_plan(m.graph);
+  for (int block : {16, 8, 4}) {
+    INFO("block " << block);
+    KernelModule km = lower_with(m.graph, plan, block);
+    check_layout_invariants(km);
+    int one_d = 0, grouped = 0;
+    for (auto& s : km.stages) {
+      if (s.anchor_op != "Conv") continue;
+      const bool is_1d = s.iparams.at("H") == 1 && s.iparams.at("KH") == 1;
+      const int64_t G = s.iparams.at("G");
+      INFO("stage " << s.name << " G " << G);
+      if (is_1d) {
+        ++one_d;
+        CHECK(s.layout_block == block);
+        CHECK(s.driver.size() == 4);
+      } else if (G == 12) {
+        ++grouped;
+        CHECK(s.layout_block == block);
+      } else if (G == 2) {
+        ++grouped;
+        CHECK((s.layout_block > 0) == (block != 16));
+      }
+    }
+    CHECK(one_d == 2);
+    CHECK(grouped == 2);
+  }
+  TensorMap feeds = random_feeds(m.graph, 5);
+  TensorMap want = run_reference(m.graph, feeds);
+  fs::path cache = fs::temp_directory_path() / ("nnfuse_test_layout_lone_" + std::to_string(::getpid()));
+  CpuCompileOptions o;
+  o.target = "host";
+  o.cache_dir = cache.string();
+  o.threads = 2;
+  auto cm = CpuModel::build(m.graph, &plan, o);
+  check_close(cm->run(feeds), want, 2e-4, 2e-5);
+  std::error_code ec;
+  fs::remove_all(cache, ec);
+}
