@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "graph/error.h"
 #include "kernels/emit_cpp.h"
@@ -126,7 +127,9 @@ nlohmann::json read_timings(const fs::path& p) {
 void write_timings(const fs::path& p, const nlohmann::json& j) {
   std::error_code ec;
   fs::create_directories(p.parent_path(), ec);
-  fs::path tmp = p.string() + ".tmp" + std::to_string(::getpid());
+  // Process and thread: background builds (compile(background=True)) of one process may write it at once.
+  fs::path tmp = p.string() + ".tmp" + std::to_string(::getpid()) + "." +
+                 std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
   {
     std::ofstream f(tmp);
     f << j.dump(1);

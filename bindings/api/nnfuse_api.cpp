@@ -328,10 +328,14 @@ struct CompiledModel::Impl {
   }
 
   // The build of the model bound to `bind` (a copy of everything it needs: it may outlive a run).
+  // Background builds of one model run one at a time (each already compiles its units in
+  // parallel; many batch sizes seen at once must not start as many compilers).
+  std::shared_ptr<std::mutex> build_mu = std::make_shared<std::mutex>();
   std::function<std::shared_ptr<in::Executable>()> build_job(const std::map<std::string, in::Shape>& bind) const {
     in::Model bound = model;
     if (!bind.empty()) in::bind_input_shapes(bound.graph, bind);
-    return [bound = std::move(bound), plan = plan, opt = opt]() {
+    return [bound = std::move(bound), plan = plan, opt = opt, serial = build_mu]() {
+      std::lock_guard<std::mutex> one_at_a_time(*serial);
       return std::shared_ptr<in::Executable>(in::compile(bound, plan ? &*plan : nullptr, opt));
     };
   }
@@ -404,6 +408,9 @@ CompiledModel compile(const Model& model, const CompileOptions& opt) {
     for (auto& n : impl->input_names) impl->static_inputs &= g.type(n).is_static();
     impl->background = opt.background && opt.target != "reference";
     if (impl->background) {
+      // Timing conv algorithms while the reference kernels serve runs on the same cores would
+      // measure the load, and the timings are cached for later compiles: the cost model decides.
+      impl->opt.profile = false;
       in::target_by_name(opt.target);  // unknown targets fail now, not in the background
       in::CompileOptions ref = impl->opt;
       ref.target = "reference";
@@ -475,28 +482,29 @@ std::string CompiledModel::info() const {
     const Impl& im = *impl_;
     if (im.exe) return im.exe->info().dump();
     nlohmann::json j = {{"target", im.opt.target}, {"compiled_per_input_shapes", !im.static_inputs}};
+    if (!im.background) return j.dump();
+    // Builds per set of input shapes: "ready" (runs use the generated kernels, or will at their
+    // next run), "building" (runs use the reference kernels), "failed" (runs raise its error).
     std::lock_guard<std::mutex> lock(im.mu);
-    if (im.background) {
-      // Builds per set of input shapes: "ready" (runs use the generated kernels), "building"
-      // (runs use the reference kernels), "failed" (runs raise its error).
-      size_t building = 0, failed = 0;
-      for (auto& [key, f] : im.building) {
-        if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-          ++building;
-          continue;
-        }
-        try {
-          f.get();
-        } catch (...) {
-          ++failed;
-        }
+    size_t building = 0, failed = 0;
+    std::shared_ptr<in::Executable> done = im.by_shape.empty() ? nullptr : im.by_shape.begin()->second;
+    size_t ready = im.by_shape.size();
+    for (auto& [key, f] : im.building) {
+      if (f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        ++building;
+        continue;
       }
-      j["background"] = {{"ready", im.by_shape.size()}, {"building", building}, {"failed", failed},
-                         {"reference_runs", im.reference_runs.load()}};
+      try {
+        done = f.get();
+        ++ready;
+      } catch (...) {
+        ++failed;
+      }
     }
+    j["background"] = {{"ready", ready}, {"building", building}, {"failed", failed}, {"reference_runs", im.reference_runs.load()}};
     // Static inputs: the one build's own report once it is done.
-    if (im.static_inputs && im.by_shape.size() == 1) {
-      nlohmann::json e = im.by_shape.begin()->second->info();
+    if (im.static_inputs && done) {
+      nlohmann::json e = done->info();
       for (auto& [k, v] : j.items()) e[k] = v;
       return e.dump();
     }

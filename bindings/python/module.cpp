@@ -210,7 +210,10 @@ PYBIND11_MODULE(_core, m) {
       .def("inputs", &CompiledModel::inputs)
       .def("outputs", &CompiledModel::outputs)
       .def_property_readonly("target", &CompiledModel::target)
-      .def("info", &CompiledModel::info)
+      .def("info", [](const CompiledModel& self) {
+        py::gil_scoped_release nogil;
+        return self.info();
+      })
       .def("wait", [](const CompiledModel& self) {
         py::gil_scoped_release nogil;
         self.wait();

@@ -204,9 +204,11 @@ struct CompileOptions {
   // Return at once and build the generated kernels in a background thread: until the kernels for
   // a run's input shapes are ready, the run is served by the reference kernels (same fusion plan,
   // same results within float tolerance, much slower), then by the compiled ones. A model with
-  // dynamic input dims starts a build for each new set of input shapes at its first run. A failed
-  // build is raised by every later run() and by wait(). The build shares the CPU with the runs it
-  // serves; destroying the last copy of the CompiledModel waits for builds still going.
+  // dynamic input dims starts a build for each new set of input shapes at its first run; builds
+  // run one at a time, and choose conv algorithms by the cost model (as profile = false: timing
+  // them while runs load the same cores would measure the load). A failed build is raised by
+  // every later run() of its input shapes and by wait(). Destroying the last copy of the
+  // CompiledModel waits for builds still going.
   bool background = false;
 };
 

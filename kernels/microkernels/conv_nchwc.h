@@ -102,6 +102,7 @@ inline bool conv_class_admits(const ConvClass& cc, const ConvNchwcArgs& a) {
 // Weights [K, Cg, KH, KW] (Cg = C, or 1 for depthwise) -> [Kb, Cg, KH, KW, L], zero padded.
 // Grouped (G > 1, not depthwise; Cg = C / G): [Kb, span, KH, KW, L], block kb's channels being
 // its window's (conv_nchwc_windows), a lane's weight zero for a channel outside its group.
+// A grouping the kernel does not take (conv_nchwc_windows: span 0) packs nothing.
 inline int64_t conv_nchwc_packed_size(int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1) {
   const int64_t span = G > 1 ? conv_nchwc_windows(Cg * G, K, G, L).span : Cg;
   return nchwc_blocks(K, L) * span * KH * KW * L;
@@ -120,6 +121,7 @@ inline void pack_conv_nchwc_weights(const float* w, int64_t K, int64_t Cg, int64
     return;
   }
   const ConvWindows win = conv_nchwc_windows(Cg * G, K, G, L);
+  if (win.bpw <= 0) return;  // not taken: conv2d_nchwc refuses it, and its packed size is 0
   const int64_t Kg = K / G;
   for (int64_t kb = 0; kb < Kb; ++kb) {
     const int64_t cw0 = kb / win.bpw * win.span;
@@ -449,6 +451,10 @@ inline void conv_nchwc_task_of(int64_t ocb, const ConvNchwcArgs& a, const ConvGe
     if constexpr (conv_nchwc_task_used<Arch, CC>(OCB))
       if (ocb == OCB) return conv_nchwc_task<Arch, CC, OCB>(a, g, in, cin, wspan, cchunk, n, kb0, q0, q1, ep);
     conv_nchwc_task_of<Arch, CC, OCB - 1>(ocb, a, g, in, cin, wspan, cchunk, n, kb0, q0, q1, ep);
+  } else {
+    // No compiled task shape matched: conv_nchwc_task_used pruned one that occurs. Never return
+    // with the output unwritten; this is a bug in the class logic, not a property of the input.
+    __builtin_trap();
   }
 }
 

@@ -305,9 +305,10 @@ def compile(graph: Graph, target: str = "host", *, threads: int = 0,
     until they are ready for a run's input shapes, that run is served by the reference kernels
     (same fusion plan, same results within float tolerance, much slower), then by the generated
     ones. A model with dynamic input dims starts a build for each new set of input shapes at its
-    first run. A failed build is raised by every later run and by :meth:`CompiledModel.wait`.
-    The build shares the CPU with the runs it serves; dropping the model waits for builds still
-    going.
+    first run; builds run one at a time and pick conv algorithms by the cost model (as
+    ``profile=False``). A failed build is raised by every later run of its input shapes and by
+    :meth:`CompiledModel.wait`. The build shares the CPU with the runs it serves; dropping the
+    model waits for builds still going.
     """
     if not isinstance(graph, Graph):
         raise InvalidArgument(f"compile() takes an nnfuse.Graph (from nnfuse.load), got {type(graph).__name__}")

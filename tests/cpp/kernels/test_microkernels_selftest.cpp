@@ -456,7 +456,10 @@ void nchwc_cases(Checker& ck) {
               C{1, 16, 9, 9, 16, 3, 3, 1, 1, 1, false, true, 4}, C{2, 40, 7, 6, 40, 3, 3, 2, 1, 1, false, true, 10},
               C{1, 20, 8, 8, 20, 3, 3, 1, 2, 2, false, true, 5}, C{1, 64, 6, 7, 64, 3, 3, 1, 1, 1, false, true, 2},
               C{1, 32, 5, 8, 16, 1, 1, 1, 0, 1, false, true, 4}, C{1, 48, 6, 6, 48, 3, 3, 1, 1, 1, false, false, 3},
-              C{1, 1024, 3, 3, 64, 1, 1, 1, 0, 1, false, true, 2}, C{1, 96, 5, 5, 96, 3, 3, 1, 1, 1, false, true, 4}}) {
+              C{1, 1024, 3, 3, 64, 1, 1, 1, 0, 1, false, true, 2}, C{1, 96, 5, 5, 96, 3, 3, 1, 1, 1, false, true, 4},
+              // Plain inputs: a dense padded conv of 40 channels (not whole blocks) and batch 2
+              // blocked by the zero-border copy, and a grouped one read in place (1x1, no copy).
+              C{2, 40, 7, 6, 48, 3, 3, 1, 1, 1, false, false}, C{2, 64, 5, 4, 32, 1, 1, 1, 0, 1, false, false, 2}}) {
     const int64_t OH = (c.H + 2 * c.p - (c.KH - 1) * c.d - 1) / c.s + 1, OW = (c.W + 2 * c.p - (c.KW - 1) * c.d - 1) / c.s + 1;
     const int64_t Cg = c.dw ? 1 : c.C / c.g, Kb = mk::nchwc_blocks(c.K, L);
     auto x = rnd(size_t(c.N * c.C * c.H * c.W), 31), w = rnd(size_t(c.K * Cg * c.KH * c.KW), 32), bias = rnd(size_t(c.K), 33);
@@ -487,6 +490,7 @@ void nchwc_cases(Checker& ck) {
       if (ran != takes) std::printf("FAIL %s: ran %d, expected %d\n", what.c_str(), int(ran), int(takes)), ++ck.failures;
       if (!takes) {
         if (yb != untouched) std::printf("FAIL %s: a refused grouping wrote output\n", what.c_str()), ++ck.failures;
+        if (!pw.w.empty()) std::printf("FAIL %s: a refused grouping packed weights\n", what.c_str()), ++ck.failures;
         continue;
       }
     }
@@ -548,16 +552,19 @@ void nchwc_cases(Checker& ck) {
       const bool ran_other = w37 ? depthwise_in_width_class<Arch, 3, 5>(a, ep) : depthwise_in_width_class<Arch, 3, 37>(a, ep);
       if (ran_other || yc != untouched) std::printf("FAIL %s: a class of another input width ran\n", what.c_str()), ++ck.failures;
     }
-    if (c.g > 1 && c.K == 40) {
-      // The generator's class names the groups: {Spatial, 40, groups 10} runs it, the dense
-      // {Spatial, 40, groups 1} refuses it.
-      const bool ran = conv_in_class<Arch, 40, BlockedBiasRelu<Arch>, 10>(kind, a, ep);
+    if ((c.g == 10 && c.K == 40) || (c.g == 2 && c.K == 64)) {
+      // The generator's class names the groups (which fixes the task shapes it compiles): {Spatial,
+      // 40, groups 10} (one block per window) and {Spatial, 64, groups 2} (several) run their
+      // convs; the dense class of the same K refuses them.
+      const bool ran = c.K == 40 ? conv_in_class<Arch, 40, BlockedBiasRelu<Arch>, 10>(kind, a, ep)
+                                 : conv_in_class<Arch, 64, BlockedBiasRelu<Arch>, 2>(kind, a, ep);
       mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
       if (!ran) std::printf("FAIL %s: refused by its grouped class\n", what.c_str()), ++ck.failures;
       ck.same((what + " grouped class").c_str(), out[0], got);
       yc = untouched;
-      if (conv_in_class<Arch, 40, BlockedBiasRelu<Arch>, 1>(kind, a, ep) || yc != untouched)
-        std::printf("FAIL %s: the dense class ran a grouped conv\n", what.c_str()), ++ck.failures;
+      const bool dense_ran = c.K == 40 ? conv_in_class<Arch, 40, BlockedBiasRelu<Arch>, 1>(kind, a, ep)
+                                       : conv_in_class<Arch, 64, BlockedBiasRelu<Arch>, 1>(kind, a, ep);
+      if (dense_ran || yc != untouched) std::printf("FAIL %s: the dense class ran a grouped conv\n", what.c_str()), ++ck.failures;
     }
     const mk::ConvKind other = kind == mk::ConvKind::Spatial ? mk::ConvKind::Pointwise : mk::ConvKind::Spatial;
     const bool ran_other = c.dw ? conv_in_class<Arch, 0>(other, a, ep) : c.K == 20 ? conv_in_class<Arch, 40>(kind, a, ep)
