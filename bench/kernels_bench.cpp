@@ -1,7 +1,7 @@
 // Microbenchmark of the CPU microkernels against the machine's measured FMA peak (issue 21).
 //
 //   g++ -O3 -std=c++20 -fno-math-errno -DNDEBUG -march=native -I. bench/kernels_bench.cpp -o kernels_bench -pthread
-//   ./kernels_bench [--threads 1] [--reps 5] [--only gemm|gemv|conv|mobile]
+//   ./kernels_bench [--threads 1] [--reps 5] [--only gemm|gemv|conv|mobile|nchw]
 //
 // (-march=native: the best ISA of this machine, as `--target host` compiles generated kernels.)
 // Prints one line per case: shape, best-of-reps milliseconds, GFLOP/s and the percentage of the
@@ -12,7 +12,10 @@
 // and the transformer shapes of BERT-base/ViT; conv: NCHW<L>c direct convolution over the distinct
 // layers of ResNet-50 and YOLOv8n (320x320) with their FLOP counts, and for every 3x3 stride-1
 // layer also Winograd F(4x4,3x3) (conv_winograd.h): its speed-up over direct and its largest
-// difference from the direct result relative to the output's scale.
+// difference from the direct result relative to the output's scale. nchw: the blocked kernel
+// against the NCHW one (conv.h: im2col + GEMM per group) on the layers that used to stay NCHW:
+// grouped convs (ResNeXt-50 32x4d, RegNet, ShuffleNet), convs between plain buffers, 1-D convs
+// (Whisper's stem, a spectrogram front end), both from a plain NCHW input, as a lone conv reads it.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/microkernels/conv.h"
 #include "kernels/microkernels/conv_nchwc.h"
 #include "kernels/microkernels/conv_winograd.h"
 #include "kernels/microkernels/gemm.h"
@@ -251,6 +255,47 @@ double bench_winograd(mk::ConvNchwcArgs a, const std::vector<float>& w, const st
 
 }  // namespace
 
+// One layer both ways: NCHW (conv2d: what an NCHW stage runs) and NCHW<L>c from a plain input.
+struct NchwCase {
+  const char* what;
+  int64_t N, C, H, W, K, KH, KW, stride, pad_h, pad_w, G;
+};
+
+void bench_nchw_vs_blocked(const NchwCase& c, const ThreadFor& par, int reps, double peak) {
+  const int64_t OH = (c.H + 2 * c.pad_h - c.KH) / c.stride + 1, OW = (c.W + 2 * c.pad_w - c.KW) / c.stride + 1;
+  const int64_t Cg = c.C / c.G;
+  auto x = random_vec(size_t(c.N * c.C * c.H * c.W), 5), w = random_vec(size_t(c.K * Cg * c.KH * c.KW), 6);
+  std::vector<float> y(size_t(c.N * c.K * OH * OW)), yb(size_t(c.N * mk::nchwc_blocks(c.K, L) * L * OH * OW)), yc(y.size());
+  mk::Conv2dArgs a;
+  a.N = c.N, a.C = c.C, a.H = c.H, a.W = c.W, a.K = c.K, a.KH = c.KH, a.KW = c.KW, a.OH = OH, a.OW = OW;
+  a.stride_h = c.H == 1 ? 1 : c.stride, a.stride_w = c.stride, a.pad_top = c.pad_h, a.pad_left = c.pad_w, a.group = c.G;
+  a.x = x.data(), a.w = w.data(), a.y = y.data();
+  a.x_sn = c.C * c.H * c.W, a.x_sc = c.H * c.W, a.x_sh = c.W, a.y_sn = c.K * OH * OW, a.y_sc = OH * OW, a.y_sh = OW;
+  mk::PackedConvNchwc pw;
+  pw.pack(w.data(), c.K, Cg, c.KH, c.KW, L, c.G);
+  mk::ConvNchwcArgs b;
+  b.N = c.N, b.C = c.C, b.H = c.H, b.W = c.W, b.K = c.K, b.KH = c.KH, b.KW = c.KW, b.OH = OH, b.OW = OW;
+  b.stride_h = a.stride_h, b.stride_w = c.stride, b.pad_top = c.pad_h, b.pad_left = c.pad_w, b.group = c.G;
+  b.x = x.data(), b.x_blocked = false, b.w = pw.w.data(), b.y = yb.data(), b.threads = par.threads;
+  const double t_nchw = seconds_of([&] { mk::conv2d<Arch>(a, mk::IdentityEpilogue{}, par); }, reps);
+  bool taken = true;
+  const double t_blk = seconds_of([&] { taken = mk::conv2d_nchwc<Arch>(b, mk::IdentityEpilogue{}, par); }, reps);
+  const double fl = 2.0 * double(c.N * c.K * Cg * c.KH * c.KW * OH * OW);
+  char shape[96];
+  std::snprintf(shape, sizeof shape, "%s %lldx%lldx%lld k%lldx%lld s%lld g%lld -> %lld", c.what, (long long)c.C, (long long)c.H,
+                (long long)c.W, (long long)c.KH, (long long)c.KW, (long long)c.stride, (long long)c.G, (long long)c.K);
+  report("nchw", shape, fl, t_nchw, peak);
+  if (!taken) {
+    std::printf("blk   %-44s (grouping not taken at L = %lld)\n", shape, (long long)L);
+    return;
+  }
+  mk::nchwc_to_nchw(yb.data(), c.N, c.K, OH * OW, L, yc.data());
+  double err = 0, mag = 0;
+  for (size_t i = 0; i < y.size(); ++i) err = std::max(err, double(std::fabs(y[i] - yc[i]))), mag = std::max(mag, double(std::fabs(y[i])));
+  report("blk", shape, fl, t_blk, peak);
+  std::printf("      blocked / NCHW speed-up %.2fx, largest difference %.1e of the output scale\n", t_nchw / t_blk, err / mag);
+}
+
 int main(int argc, char** argv) {
   int threads = 1, reps = 5;
   std::string only;
@@ -260,13 +305,35 @@ int main(int argc, char** argv) {
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--threads T] [--reps N] [--only gemm|gemv|conv|mobile]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads T] [--reps N] [--only gemm|gemv|conv|mobile|nchw]\n", argv[0]);
       return 2;
     }
   }
   const ThreadFor par{threads};
   const double peak = peak_gflops(threads);
   std::printf("vector width %lld floats, %d thread(s), measured FMA peak %.1f GFLOP/s\n", (long long)L, threads, peak);
+  if (only.empty() || only == "nchw") {
+    for (const NchwCase& c : {NchwCase{"resnext50", 1, 128, 56, 56, 128, 3, 3, 1, 1, 1, 32},
+                              NchwCase{"resnext50", 1, 256, 56, 56, 256, 3, 3, 2, 1, 1, 32},
+                              NchwCase{"resnext50", 1, 256, 28, 28, 256, 3, 3, 1, 1, 1, 32},
+                              NchwCase{"resnext50", 1, 512, 14, 14, 512, 3, 3, 1, 1, 1, 32},
+                              NchwCase{"resnext50", 1, 1024, 7, 7, 1024, 3, 3, 1, 1, 1, 32},
+                              NchwCase{"regnet", 1, 104, 28, 28, 104, 3, 3, 1, 1, 1, 13},
+                              NchwCase{"regnet", 1, 48, 56, 56, 48, 3, 3, 1, 1, 1, 2},
+                              NchwCase{"shufflenet", 1, 240, 28, 28, 240, 1, 1, 1, 0, 0, 3},
+                              NchwCase{"resnext-export", 2, 16, 8, 7, 16, 3, 3, 1, 1, 1, 4},
+                              NchwCase{"lone", 2, 16, 10, 9, 8, 3, 3, 1, 0, 0, 1},
+                              NchwCase{"lone", 1, 64, 20, 20, 24, 3, 3, 1, 1, 1, 1},
+                              NchwCase{"lone", 1, 32, 28, 28, 32, 3, 3, 1, 1, 1, 1},
+                              NchwCase{"lone", 1, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1},
+                              NchwCase{"lone", 1, 16, 112, 112, 16, 3, 3, 1, 1, 1, 1},
+                              NchwCase{"whisper-stem", 1, 80, 1, 3000, 384, 1, 3, 1, 0, 1, 1},
+                              NchwCase{"whisper-stem", 1, 384, 1, 3000, 384, 1, 3, 2, 0, 1, 1},
+                              NchwCase{"stft", 1, 1, 1, 16000, 64, 1, 400, 160, 0, 0, 1},
+                              NchwCase{"conv1d", 1, 64, 1, 500, 64, 1, 5, 1, 0, 2, 1}})
+      bench_nchw_vs_blocked(c, par, reps, peak);
+    if (only == "nchw") return 0;
+  }
   if (only.empty() || only == "gemm") {
     std::vector<double> big, shapes;
     for (int64_t n : {512, 1024, 2048}) bench_gemm(n, n, n, par, reps, peak, big);

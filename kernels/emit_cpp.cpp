@@ -377,6 +377,16 @@ struct StageEmitter {
 
   int64_t ip(const std::string& k) const { return stage_iparam(st, k); }
 
+  // Conv and GEMM anchors under this many FLOPs (a few microseconds on one core) run serially
+  // (see anchor()). Not pooling: its FLOP count is its input size, and a global pool over a
+  // 14x14x672 map (131 kFLOP) reads half a megabyte; run serially, EfficientNet-B0's pools made
+  // it 1.5% slower at 2 threads.
+  static constexpr double kSerialAnchorFlops = 2.5e5;
+  bool serial_anchor() const {
+    const bool compute_bound = st.anchor_op == "Conv" || st.anchor_op == "MatMul" || st.anchor_op == "Gemm";
+    return compute_bound && st.flops > 0 && st.flops < kSerialAnchorFlops;
+  }
+
   // Conv / pooling in NCHW<BLK>c (kernels/microkernels/conv_nchwc.h). The block must be the
   // compiled vector width: a mismatch (lowered for one target, compiled for another) fails to build.
   void blocked_anchor(const std::string& x, const std::string& y) {
@@ -407,7 +417,7 @@ struct StageEmitter {
       body << "  a.K = " << K << "; a.depthwise = " << (depthwise ? "true" : "false") << "; a.group = " << (depthwise ? 1 : G)
            << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false") << ";\n";
       body << "  a.x = " << x << "; a.y = " << y << ";\n";
-      body << "  a.threads = ctx ? ctx->threads : 1;\n";
+      body << "  a.threads = " << (serial_anchor() ? "1" : "ctx ? ctx->threads : 1") << ";\n";
       body << "  const auto& packed = *static_cast<const " << packed << "*>(B[" << st.prepared << "]);\n";
       // The conv's shape class (kernels/microkernels/conv_nchwc.h): the instantiation holds only
       // the tile paths these static shapes take. `pointwise` is mk::conv_pointwise_geometry's test
@@ -441,7 +451,10 @@ struct StageEmitter {
     body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
     declare_buffers();
     const bool vec = st.vectorizable || (st.layout_block <= 0 && plan_anchor_row_split());
-    body << "  nf::Par par{ctx};\n  (void)par;\n";
+    // A small anchor runs on the calling thread: handing half of a few microseconds of work to a
+    // worker costs about as much as it saves when the worker spins, and several times more when it
+    // sleeps (a 20 us model ran slower at 2 threads than at 1; bench/RESULTS.md, session 13).
+    body << "  nf::Par par{" << (serial_anchor() ? "nullptr" : "ctx") << "};\n  (void)par;\n";
     body << "  auto body = [&](auto v, int64_t r, int64_t c) {\n    using V = decltype(v);\n    (void)r; (void)c;\n";
     blocked_prelude(body);
     emit_exprs(body, true);
