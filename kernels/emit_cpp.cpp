@@ -402,7 +402,7 @@ struct StageEmitter {
     if (st.anchor_op == "Conv") {
       const int64_t G = ip("G"), K = ip("CO"), Cg = ip("C") / G;
       // Blocked convs are dense, depthwise, or grouped by windows (conv_nchwc.h, conv_nchwc_windows).
-      const bool depthwise = G > 1 && G == ip("C") && K == ip("C");
+      const bool depthwise = conv_stage_depthwise(st);
       const bool winograd = ip("ALGO") == kConvWinogradF4x4 || ip("ALGO") == kConvWinogradF2x2;
       const std::string packed = ip("ALGO") == kConvWinogradF4x4   ? "nnfuse::mk::PackedConvWinograd"
                                  : ip("ALGO") == kConvWinogradF2x2 ? "nnfuse::mk::PackedConvWinograd2"

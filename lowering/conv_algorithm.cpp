@@ -65,12 +65,16 @@ std::string conv_algorithm_name(int64_t algo) {
   return algo == kConvWinogradF4x4 ? "winograd_f4x4_3x3" : algo == kConvWinogradF2x2 ? "winograd_f2x2_3x3" : "direct_nchwc";
 }
 
+bool conv_stage_depthwise(const Stage& st) {
+  return st.anchor_op == "Conv" && ip(st, "G") > 1 && ip(st, "G") == ip(st, "C") && ip(st, "CO") == ip(st, "C");
+}
+
 std::string conv_algorithm_name(const Stage& st) {
   if (st.kind != StageKind::Anchor || st.anchor_op != "Conv") return "";
   if (ip(st, "ALGO") != kConvDirect) return conv_algorithm_name(ip(st, "ALGO"));
   if (st.layout_block <= 0) return ip(st, "G") > 1 && ip(st, "G") == ip(st, "C") ? "depthwise" : "im2col_gemm";
   if (ip(st, "G") == 1) return "direct_nchwc";
-  return ip(st, "G") == ip(st, "C") && ip(st, "G") == ip(st, "CO") ? "depthwise_nchwc" : "grouped_nchwc";
+  return conv_stage_depthwise(st) ? "depthwise_nchwc" : "grouped_nchwc";
 }
 
 void choose_conv_algorithms(KernelModule& mod, const std::string& mode) {

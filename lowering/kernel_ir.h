@@ -214,6 +214,9 @@ void choose_conv_algorithms(KernelModule& mod, const std::string& mode);
 // "direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3", "depthwise_nchwc", "grouped_nchwc", "im2col_gemm",
 // "depthwise"; "" for a stage that is not a Conv anchor.
 std::string conv_algorithm_name(const Stage& st);
+// A Conv stage with one channel per group (group == C == K): the lane-wise depthwise kernel when
+// blocked. Other group counts above 1 are grouped convs (layout.cpp, grouped_conv_blocks).
+bool conv_stage_depthwise(const Stage& st);
 std::string conv_algorithm_name(int64_t algo);  // of kConvDirect / kConvWinograd*
 // The algorithms a stage can run (kConvDirect first, then the Winograd variants whose scratch
 // stays bounded); empty when it has no choice. What a measurement picks from.

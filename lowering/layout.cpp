@@ -119,7 +119,7 @@ struct LayoutPass {
     if (st.anchor_op == "Pool") return true;
     if (st.anchor_op != "Conv" || st.anchor_inputs.size() < 2 || B(st.anchor_inputs[1]).kind != BufferKind::Weight) return false;
     const int64_t G = ip(st, "G"), C = ip(st, "C"), K = ip(st, "CO");
-    return G == 1 || (G == C && K == C) || grouped_conv_blocks(C, K, G, c);
+    return G == 1 || conv_stage_depthwise(st) || grouped_conv_blocks(C, K, G, c);
   }
 
   // Can stage s read blocked buffer b through map m (channels must stay channels)?
@@ -190,7 +190,7 @@ struct LayoutPass {
         bool touches = false;
         for (int b : st.inputs) touches = touches || bblk[size_t(b)];
         for (int b : st.outputs) touches = touches || bblk[size_t(b)];
-        const bool depthwise = st.anchor_op == "Conv" && ip(st, "G") > 1 && ip(st, "G") == ip(st, "C");
+        const bool depthwise = conv_stage_depthwise(st);
         // A dense or grouped conv runs blocked even between plain buffers: the blocked kernel
         // reads a plain input and the epilogue stores plain, and it beat im2col + GEMM on every
         // shape measured, 1.2x (64 channels, 56x56) to 3x (16 channels, 8x7) (bench/RESULTS.md).

@@ -305,7 +305,8 @@ struct CompiledModel::Impl {
   std::vector<ValueInfo> ins, outs;
   bool static_inputs = true;
   std::unique_ptr<in::Executable> exe;  // static inputs (or the reference target): compiled once
-  // Other targets with symbolic input dims compile once per set of input shapes.
+  // Other targets with symbolic input dims compile once per set of input shapes (at the first run
+  // of each; in background mode without waiting for it).
   mutable std::mutex mu;
   mutable std::map<std::vector<in::Shape>, std::shared_ptr<in::Executable>> by_shape;
   // Background mode: the reference executable serves runs whose shapes' build is not done.
@@ -317,19 +318,21 @@ struct CompiledModel::Impl {
   // Declared after everything a build reads, so destroying the Impl waits for them first.
   mutable std::map<std::vector<in::Shape>, Build> building;
 
-  std::vector<in::Shape> shape_key(const in::TensorMap& feeds, std::map<std::string, in::Shape>* bind) const {
+  // The build key of these feeds (their input shapes; empty for static inputs: one build, for
+  // the declared shapes) and the dims to bind for it.
+  std::vector<in::Shape> shape_key(const in::TensorMap& feeds, std::map<std::string, in::Shape>& bind) const {
     std::vector<in::Shape> key;
-    if (static_inputs) return key;  // one build, for the declared shapes
+    if (static_inputs) return key;
     for (auto& n : input_names) {
       key.push_back(feeds.at(n).shape());
-      if (bind) (*bind)[n] = feeds.at(n).shape();
+      bind[n] = feeds.at(n).shape();
     }
     return key;
   }
 
   // The build of the model bound to `bind` (a copy of everything it needs: it may outlive a run).
-  // Background builds of one model run one at a time (each already compiles its units in
-  // parallel; many batch sizes seen at once must not start as many compilers).
+  // Builds of one model run one at a time (each already compiles its units in parallel; many
+  // batch sizes seen at once must not start as many compilers).
   std::shared_ptr<std::mutex> build_mu = std::make_shared<std::mutex>();
   std::function<std::shared_ptr<in::Executable>()> build_job(const std::map<std::string, in::Shape>& bind) const {
     in::Model bound = model;
@@ -340,39 +343,36 @@ struct CompiledModel::Impl {
     };
   }
 
-  std::shared_ptr<in::Executable> for_shapes(const in::TensorMap& feeds) const {
-    std::map<std::string, in::Shape> bind;
-    std::vector<in::Shape> key = shape_key(feeds, &bind);
+  Build launch(const std::map<std::string, in::Shape>& bind) const {
+    return std::async(std::launch::async, build_job(bind)).share();
+  }
+
+  // Moves a finished build to by_shape; a failed one rethrows here and stays in `building`, so
+  // every later run of its shapes raises the same error.
+  std::shared_ptr<in::Executable> collect(const std::vector<in::Shape>& key, const Build& f) const {
+    auto exe = f.get();
     std::lock_guard<std::mutex> lock(mu);
-    auto it = by_shape.find(key);
-    if (it != by_shape.end()) return it->second;
-    auto exe = build_job(bind)();
     by_shape[key] = exe;
+    building.erase(key);
     return exe;
   }
 
-  void start_build(const std::vector<in::Shape>& key, const std::map<std::string, in::Shape>& bind) const {
-    building[key] = std::async(std::launch::async, build_job(bind)).share();
-  }
-
-  // Background mode: the compiled executable for these feeds' shapes, or null while its build
-  // runs (starting it for shapes not seen before). A failed build rethrows here.
-  std::shared_ptr<in::Executable> compiled_for(const in::TensorMap& feeds) const {
+  // The compiled executable for these feeds' shapes, starting its build for shapes not seen
+  // before. wait: block until it is built (without holding the lock, so runs of shapes already
+  // built go on); else null while it builds (background mode: the reference kernels serve).
+  std::shared_ptr<in::Executable> compiled_for(const in::TensorMap& feeds, bool wait) const {
     std::map<std::string, in::Shape> bind;
-    std::vector<in::Shape> key = shape_key(feeds, &bind);
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = by_shape.find(key);
-    if (it != by_shape.end()) return it->second;
-    auto b = building.find(key);
-    if (b == building.end()) {
-      start_build(key, bind);
-      return nullptr;
+    const std::vector<in::Shape> key = shape_key(feeds, bind);
+    Build f;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (auto it = by_shape.find(key); it != by_shape.end()) return it->second;
+      auto b = building.find(key);
+      if (b == building.end()) b = building.emplace(key, launch(bind)).first;
+      f = b->second;
     }
-    if (b->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
-    auto exe = b->second.get();  // rethrows a failed build (which then stays, failing every run)
-    by_shape[key] = exe;
-    building.erase(b);
-    return exe;
+    if (!wait && f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return nullptr;
+    return collect(key, f);
   }
 
   void wait_builds() const {
@@ -381,14 +381,7 @@ struct CompiledModel::Impl {
       std::lock_guard<std::mutex> lock(mu);
       pending.assign(building.begin(), building.end());
     }
-    for (auto& [key, f] : pending) f.wait();
-    std::lock_guard<std::mutex> lock(mu);
-    for (auto& [key, f] : pending) {
-      auto b = building.find(key);
-      if (b == building.end()) continue;
-      by_shape[key] = b->second.get();
-      building.erase(b);
-    }
+    for (auto& [key, f] : pending) collect(key, f);
   }
 };
 
@@ -416,7 +409,7 @@ CompiledModel compile(const Model& model, const CompileOptions& opt) {
       ref.target = "reference";
       impl->reference = in::compile(impl->model, impl->plan ? &*impl->plan : nullptr, ref);
       // Static shapes are known now: start their build at once.
-      if (impl->static_inputs) impl->start_build({}, {});
+      if (impl->static_inputs) impl->building.emplace(std::vector<in::Shape>{}, impl->launch({}));
     } else if (impl->static_inputs || opt.target == "reference") {
       impl->exe = in::compile(impl->model, impl->plan ? &*impl->plan : nullptr, impl->opt);
     } else {
@@ -457,12 +450,10 @@ TensorMap CompiledModel::run(const TensorMap& feeds, const std::vector<std::stri
     in::TensorMap results;
     if (im.exe) {
       results = im.exe->run(in_feeds);
-    } else if (im.background) {
-      auto exe = im.compiled_for(in_feeds);
+    } else {
+      auto exe = im.compiled_for(in_feeds, !im.background);
       if (!exe) ++im.reference_runs;
       results = exe ? exe->run(in_feeds) : im.reference->run(in_feeds);
-    } else {
-      results = im.for_shapes(in_feeds)->run(in_feeds);
     }
     TensorMap out;
     for (auto& n : output_names.empty() ? all_outputs : output_names) {

@@ -103,23 +103,13 @@ inline bool conv_class_admits(const ConvClass& cc, const ConvNchwcArgs& a) {
 // Grouped (G > 1, not depthwise; Cg = C / G): [Kb, span, KH, KW, L], block kb's channels being
 // its window's (conv_nchwc_windows), a lane's weight zero for a channel outside its group.
 // A grouping the kernel does not take (conv_nchwc_windows: span 0) packs nothing.
+// Dense and depthwise are the one-group case: one window of every block over all Cg channels.
 inline int64_t conv_nchwc_packed_size(int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1) {
-  const int64_t span = G > 1 ? conv_nchwc_windows(Cg * G, K, G, L).span : Cg;
-  return nchwc_blocks(K, L) * span * KH * KW * L;
+  return nchwc_blocks(K, L) * conv_nchwc_windows(Cg * G, K, G, L).span * KH * KW * L;
 }
 inline void pack_conv_nchwc_weights(const float* w, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, float* dst,
                                     int64_t G = 1) {
   const int64_t ktaps = KH * KW, Kb = nchwc_blocks(K, L);
-  if (G <= 1) {
-    const int64_t taps = Cg * ktaps;
-    for (int64_t kb = 0; kb < Kb; ++kb)
-      for (int64_t t = 0; t < taps; ++t)
-        for (int64_t l = 0; l < L; ++l) {
-          const int64_t k = kb * L + l;
-          dst[(kb * taps + t) * L + l] = k < K ? w[k * taps + t] : 0.f;
-        }
-    return;
-  }
   const ConvWindows win = conv_nchwc_windows(Cg * G, K, G, L);
   if (win.bpw <= 0) return;  // not taken: conv2d_nchwc refuses it, and its packed size is 0
   const int64_t Kg = K / G;
@@ -364,14 +354,10 @@ constexpr bool conv_nchwc_task_used(int ocb) {
 // Accumulators per pixel for OCB output blocks: all vector registers but the weights and the
 // broadcast input (16 on AVX2, 32 on AVX-512 and NEON).
 template <class Arch>
-constexpr int conv_nchwc_ur_of(int ocb) {
+constexpr int conv_nchwc_ur(int ocb) {
   const int regs = vfloat<Arch>::size == 8 ? 16 : 32;
   const int ur = (regs - ocb - 1) / ocb;
   return ur > 14 ? 14 : ur;
-}
-template <class Arch, int OCB>
-constexpr int conv_nchwc_ur() {
-  return conv_nchwc_ur_of<Arch>(OCB);
 }
 
 // Whether every tap of output pixel (oh, ow) reads inside the input (no padding).
@@ -401,7 +387,7 @@ inline bool conv_pixels_outermost(int64_t threads, int64_t K, int64_t taps, int6
 template <class Arch, ConvClass CC, int OCB, class Ep>
 inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cin, int64_t wspan,
                             int64_t cchunk, int64_t n, int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
-  constexpr int UR = conv_nchwc_ur<Arch, OCB>();
+  constexpr int UR = conv_nchwc_ur<Arch>(OCB);
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   const int64_t Kb = nchwc_blocks(a.K, L), taps = g.KH * g.KW;
   const int64_t wstride = wspan * taps * L, ystride = g.OH * g.OW * L;
@@ -530,7 +516,7 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   // pixels as it can while every worker still gets ~4 tasks. (Segments in multiples of the
   // 4-block tile's 6 pixels left a 16-channel conv's 14-pixel tiles short at every task end, on
   // the checked path.)
-  const int64_t ocb = std::min<int64_t>(OCBMAX, std::min(win.bpw, Kb)), UR = conv_nchwc_ur_of<Arch>(int(ocb));
+  const int64_t ocb = std::min<int64_t>(OCBMAX, std::min(win.bpw, Kb)), UR = conv_nchwc_ur<Arch>(int(ocb));
   const int64_t qmax = std::max<int64_t>(UR, 16384 / (ocb * L) / UR * UR);
   const int64_t want = 4 * std::max<int64_t>(1, a.threads), nseg_want = std::max<int64_t>(1, ceil_div(want, a.N * kgroups));
   const int64_t qseg = std::min(qmax, ceil_div(ceil_div(P, nseg_want), UR) * UR), nseg = ceil_div(P, qseg);

@@ -231,6 +231,12 @@ def test_background_compile_builds_each_new_input_shape_once():
         assert sess.info["background"]["reference_runs"] == served_by_reference, (n, sess.info)
         sess.wait()
     assert sess.info["background"] == {"ready": 2, "building": 0, "failed": 0, "reference_runs": 2}
+    # Without background: each new size is built at its first run, which waits for it.
+    plain = nnfuse.InferenceSession(data, target="host")
+    for n in (3, 1, 3):
+        feeds = {"x": rng.standard_normal((n, 3, 10, 9)).astype(np.float32)}
+        np.testing.assert_allclose(plain.run(None, feeds)[0], ref.run(None, feeds)[0], rtol=RTOL, atol=ATOL, err_msg=f"batch {n}")
+    assert plain.info == {"target": "host", "compiled_per_input_shapes": True}
 
 
 @needs_host

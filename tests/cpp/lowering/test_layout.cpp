@@ -261,13 +261,9 @@ TEST_CASE("layout: 1-D and grouped convs run blocked between plain buffers and m
   }
   TensorMap feeds = random_feeds(m.graph, 5);
   TensorMap want = run_reference(m.graph, feeds);
-  fs::path cache = fs::temp_directory_path() / ("nnfuse_test_layout_lone_" + std::to_string(::getpid()));
-  CpuCompileOptions o;
-  o.target = "host";
-  o.cache_dir = cache.string();
-  o.threads = 2;
+  CpuCompileOptions o = test_compile_options("layout_lone");
   auto cm = CpuModel::build(m.graph, &plan, o);
   check_close(cm->run(feeds), want, 2e-4, 2e-5);
   std::error_code ec;
-  fs::remove_all(cache, ec);
+  fs::remove_all(o.cache_dir, ec);
 }
