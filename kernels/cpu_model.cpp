@@ -16,6 +16,7 @@
 #include "kernels/conv_probe.h"
 #include "kernels/cross_run.h"
 #include "kernels/emit_cpp.h"
+#include "lowering/stage_reference.h"
 
 namespace fs = std::filesystem;
 
@@ -292,63 +293,26 @@ TensorMap CpuModel::run_cross(const TensorMap& feeds) const {
 }
 
 void CpuModel::run_fallback(const Stage& st, void* const* ptrs, std::map<int, Tensor>& dyn) const {
-  const Graph& g = mod_.graph;
-  std::map<std::string, Tensor> local;
-  auto value = [&](const std::string& v) -> const Tensor* {
-    auto it = local.find(v);
-    if (it != local.end()) return &it->second;
-    int b = mod_.buffer_id(v);
-    if (b < 0) {
-      if (const Tensor* c = g.constant_value(v)) return c;
-      fail(ErrorKind::Runtime, "fallback stage " + st.name + ": value '" + v + "' has no buffer");
-    }
+  auto input = [&](int b) -> Tensor {
     const KBuffer& B = mod_.buffers[size_t(b)];
-    if (B.dynamic) {
-      auto d = dyn.find(b);
-      if (d == dyn.end()) fail(ErrorKind::Runtime, "fallback stage " + st.name + ": '" + v + "' was not computed");
-      local[v] = d->second;
-    } else {
-      local[v] = Tensor::wrap(B.dtype, run_shape(B, ptrs), ptrs[b], nullptr);
-    }
-    return &local[v];
+    if (!B.dynamic) return Tensor::wrap(B.dtype, run_shape(B, ptrs), ptrs[b], nullptr);
+    auto d = dyn.find(b);
+    if (d == dyn.end()) fail(ErrorKind::Runtime, "fallback stage " + st.name + ": '" + B.value + "' was not computed");
+    return d->second;
   };
-  SubgraphRunner sub = [&](const Graph& body, const std::vector<Tensor>& inputs) {
-    TensorMap feeds;
-    const auto& names = body.inputs();
-    for (size_t i = 0; i < names.size() && i < inputs.size(); ++i) feeds[names[i]] = inputs[i];
-    // A body reads values of the enclosing graph by name (the planner lists them as block inputs).
-    TensorMap scope;
-    for (auto& r : body.outer_references())
-      if (g.has_value(r)) scope[r] = *value(r);
-    Interpreter it(body);
-    TensorMap out = it.run_scoped(feeds, &scope, body.outputs());
-    std::vector<Tensor> res;
-    for (auto& o : body.outputs()) res.push_back(out.at(o));
-    return res;
-  };
-  for (NodeId id : st.nodes) {
-    const Node& n = g.node(id);
-    std::vector<const Tensor*> ins;
-    for (auto& v : n.inputs) ins.push_back(v.empty() ? nullptr : value(v));
-    std::vector<Tensor> outs = run_node(n, mod_.opset, ins, sub);
-    for (size_t i = 0; i < n.outputs.size() && i < outs.size(); ++i)
-      if (!n.outputs[i].empty()) local[n.outputs[i]] = outs[i];
-  }
-  for (int b : st.outputs) {
+  auto output = [&](int b, const Tensor& t) {
     const KBuffer& B = mod_.buffers[size_t(b)];
-    auto it = local.find(B.value);
-    if (it == local.end()) fail(ErrorKind::Runtime, "fallback stage " + st.name + " did not produce '" + B.value + "'");
-    const Tensor& t = it->second;
     if (B.dynamic) {
       dyn[b] = t;
-      continue;
+      return;
     }
-    if (t.raw() == ptrs[b]) continue;
+    if (t.raw() == ptrs[b]) return;
     if (t.dtype() != B.dtype || t.numel() != shape_numel(B.shape))
       fail(ErrorKind::Runtime, "fallback stage " + st.name + ": '" + B.value + "' came out as " + dtype_name(t.dtype()) +
                                    shape_str(t.shape()) + ", planned " + dtype_name(B.dtype) + shape_str(B.shape));
     std::memcpy(ptrs[b], t.raw(), size_t(B.bytes));
-  }
+  };
+  run_stage_reference(mod_, st, st.outputs, input, output);
 }
 
 TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const {
