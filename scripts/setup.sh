@@ -31,6 +31,12 @@ if ! "$PYTHON" -c "import onnx, onnxruntime, numpy, pytest" 2>/dev/null; then
   echo "setup: installing Python packages: ${PYTHON_PACKAGES[*]}"
   "$PYTHON" -m pip install -q "${PYTHON_PACKAGES[@]}"
 fi
+# NVRTC 12.x: compiles the volta-cuda target's CUDA C for sm_70 with no GPU (the tests check every
+# tiny zoo model's kernels with it; the system CUDA 13 toolkit no longer targets sm_70).
+if ! "$PYTHON" -c "import nvidia.cuda_nvrtc" 2>/dev/null; then
+  echo "setup: installing Python package: nvidia-cuda-nvrtc-cu12"
+  "$PYTHON" -m pip install -q "nvidia-cuda-nvrtc-cu12>=12.4,<13"
+fi
 
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-Release}

@@ -6,6 +6,9 @@
 
 #include "fusion/planner.h"
 #include "kernels/cpu_model.h"
+#include "kernels/cuda/cuda_api.h"
+#include "kernels/device/device_model.h"
+#include "kernels/opencl/opencl_api.h"
 
 namespace nnfuse {
 
@@ -52,6 +55,18 @@ class CpuExecutable : public Executable {
   std::unique_ptr<CpuModel> m_;
 };
 
+// The GPU generators (kernels/device with kernels/opencl or kernels/cuda).
+class DeviceExecutable : public Executable {
+ public:
+  explicit DeviceExecutable(std::unique_ptr<device::DeviceModel> m) : m_(std::move(m)) {}
+  TensorMap run(const TensorMap& feeds) const override { return m_->run(feeds); }
+  nlohmann::json info() const override { return m_->info(); }
+  nlohmann::json profile(const TensorMap& feeds) const override { return m_->profile(feeds); }
+
+ private:
+  std::unique_ptr<device::DeviceModel> m_;
+};
+
 void register_builtin_backends() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -68,6 +83,20 @@ void register_builtin_backends() {
       return std::make_unique<CpuExecutable>(CpuModel::build(m.graph, plan, co));
     };
     register_backend(std::move(b));
+    Backend ocl;
+    ocl.name = "opencl";
+    ocl.handles = [](const std::string& t) { return t == "mali-opencl"; };
+    ocl.compile = [](const Model& m, const FusionPlan* plan, const CompileOptions& o) -> std::unique_ptr<Executable> {
+      return std::make_unique<DeviceExecutable>(device::DeviceModel::build(m.graph, plan, device::make_opencl_api(), o.target));
+    };
+    register_backend(std::move(ocl));
+    Backend cuda;
+    cuda.name = "cuda";
+    cuda.handles = [](const std::string& t) { return t == "volta-cuda"; };
+    cuda.compile = [](const Model& m, const FusionPlan* plan, const CompileOptions& o) -> std::unique_ptr<Executable> {
+      return std::make_unique<DeviceExecutable>(device::DeviceModel::build(m.graph, plan, device::make_cuda_api(), o.target));
+    };
+    register_backend(std::move(cuda));
   });
 }
 
@@ -95,7 +124,7 @@ std::unique_ptr<Executable> compile(const Model& m, const FusionPlan* plan, cons
   std::lock_guard<std::mutex> lock(g_mu);
   for (auto& b : backends())
     if (b.handles(o.target)) return b.compile(m, plan, o);
-  fail(ErrorKind::Unsupported, "no code generator for target '" + o.target + "' yet (available: reference, host, x86-avx2, x86-avx512, arm-neon)");
+  fail(ErrorKind::Unsupported, "no code generator for target '" + o.target + "' yet (available: reference, host, x86-avx2, x86-avx512, arm-neon, mali-opencl, volta-cuda)");
 }
 
 }  // namespace nnfuse

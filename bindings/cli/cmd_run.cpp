@@ -24,7 +24,7 @@ namespace nnfuse::cli {
 
 namespace {
 
-const std::vector<std::string> kSupportedTargets = {"reference", "host", "x86-avx2", "x86-avx512", "arm-neon"};
+const std::vector<std::string> kSupportedTargets = {"reference", "host", "x86-avx2", "x86-avx512", "arm-neon", "mali-opencl", "volta-cuda"};
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -332,7 +332,7 @@ Command run_command() {
   s.summary = "run a model on .npy or random inputs; write outputs, time it";
   s.positionals = {{"MODEL", "an .onnx file"}};
   s.options = {
-      {"--target", "", "T", "where to run: host (default), x86-avx2, x86-avx512, arm-neon (generated kernels), or reference (the interpreter)"},
+      {"--target", "", "T", "where to run: host (default), x86-avx2, x86-avx512, arm-neon (generated C++ kernels), mali-opencl, volta-cuda (generated GPU kernels: docs/gpu.md), or reference (the interpreter)"},
       {"--compiled", "", "DIR", "run a compiled artifact written by `nnfuse compile -o DIR` (MODEL may also be that DIR)"},
       {"--profile", "", "", "time every kernel once (compiled targets): kernel, member ops, mapping type, ms, GFLOP/s"},
       {"--pipeline", "", "P", "none (the graph as imported; default for reference), auto (default for compiled targets), or a pipeline name"},
@@ -355,7 +355,8 @@ Command run_command() {
       "other than letters, digits, '.', '_' and '-' replaced by '_'.\n"
       "--target reference runs the interpreter (with a pipeline other than none, the fusion plan block\n"
       "by block); host, x86-avx2, x86-avx512 and arm-neon compile the fused blocks to C++ kernels\n"
-      "(cached by content hash in $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels) and run them.";
+      "(cached by content hash in $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels) and run them;\n"
+      "mali-opencl and volta-cuda print them as OpenCL C / CUDA C and run them on a GPU (docs/gpu.md).";
   s.examples = {"nnfuse run model.onnx --input x=x.npy --outputs out/ --runs 10 --json",
                 "nnfuse run bert.onnx --shape input_ids=1,128 --shape attention_mask=1,128 --seed 3"};
   return {s, run_run};

@@ -1,0 +1,259 @@
+#include "kernels/device/device_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "graph/error.h"
+#include "kernels/exec_ctx.h"
+#include "lowering/stage_reference.h"
+
+namespace nnfuse::device {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The buffers a stage run on the host writes (device_program.cpp checks each is a member output);
+// not the row counts of capacity buffers, which are written with them.
+std::vector<int> host_written(const KernelModule& m, const Stage& st) {
+  std::vector<int> w = st.outputs;
+  for (auto& s : st.stores) w.push_back(s.buffer);
+  for (int b : st.kernel_outputs)
+    if (b >= 0) w.push_back(b);
+  if (st.anchor_output >= 0 && st.primary_store >= 0) w.push_back(st.anchor_output);
+  std::sort(w.begin(), w.end());
+  w.erase(std::unique(w.begin(), w.end()), w.end());
+  for (auto& B : m.buffers)
+    if (B.row_count >= 0) w.erase(std::remove(w.begin(), w.end(), B.row_count), w.end());
+  return w;
+}
+
+std::string stage_ops(const Graph& g, const Stage& st) {
+  std::string r;
+  for (NodeId id : st.nodes) r += (r.empty() ? "" : ", ") + g.node(id).op_type + " " + g.node(id).label();
+  return r;
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan* plan, std::unique_ptr<DeviceApi> api,
+                                                const std::string& target) {
+  std::unique_ptr<DeviceModel> m(new DeviceModel());
+  m->target_ = target;
+  m->api_ = std::move(api);
+  auto t0 = std::chrono::steady_clock::now();
+  m->plan_ = plan ? *plan : singleton_plan(g);
+  LowerOptions lo;
+  lo.layout_block = 0;  // device kernels index NCHW buffers
+  m->mod_ = lower_module(g, m->plan_, lo);
+  const double lower_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  m->prog_ = print_device_program(m->mod_);
+  const double print_ms = ms_since(t0);
+  std::vector<std::string> names;
+  for (auto& k : m->prog_.kernels) names.push_back(k.name);
+  t0 = std::chrono::steady_clock::now();
+  if (!names.empty()) m->api_->build(m->api_->prelude() + m->prog_.source, names);
+  const double build_ms = ms_since(t0);
+  // Memory: the arena, then every buffer that lives outside it.
+  DeviceApi& A = *m->api_;
+  m->arena_ = A.alloc(std::max<int64_t>(m->mod_.arena_bytes, 64));
+  m->status_ = A.alloc(64);
+  m->own_.assign(m->mod_.buffers.size(), DeviceMemory{});
+  int64_t weight_bytes = 0;
+  for (auto& B : m->mod_.buffers) {
+    if (B.dynamic || B.prepared_by >= 0 || B.kind == BufferKind::Activation) continue;
+    m->own_[size_t(B.id)] = A.alloc(std::max<int64_t>(B.bytes, 4));
+    if (B.kind == BufferKind::Weight && B.bytes > 0) {
+      if (B.data.nbytes() < size_t(B.bytes)) fail(ErrorKind::Runtime, "weight buffer '" + B.value + "' holds no data");
+      A.upload(m->own_[size_t(B.id)], 0, B.data.raw(), B.bytes);
+      weight_bytes += B.bytes;
+    }
+  }
+  int host = 0;
+  for (int k : m->prog_.stage_kernel) host += k < 0;
+  nlohmann::json forms = nlohmann::json::object();
+  for (auto& k : m->prog_.kernels) forms[k.form] = forms.value(k.form, 0) + 1;
+  m->build_info_ = {{"target", target},
+                    {"backend", m->api_->backend()},
+                    {"device", m->api_->device_info()},
+                    {"lower_ms", lower_ms},
+                    {"print_ms", print_ms},
+                    {"build_ms", build_ms},
+                    {"kernels", m->prog_.kernels.size()},
+                    {"kernel_forms", forms},
+                    {"host_stages", host},
+                    {"arena_bytes", m->mod_.arena_bytes},
+                    {"weight_bytes", weight_bytes},
+                    {"source_bytes", m->prog_.source.size()}};
+  return m;
+}
+
+DeviceModel::~DeviceModel() {
+  if (!api_) return;
+  try {
+    for (auto& d : own_)
+      if (d.bytes) api_->release(d);
+    api_->release(arena_);
+    api_->release(status_);
+  } catch (...) {
+    // a failing driver at exit: nothing left to free it with
+  }
+}
+
+Shape DeviceModel::run_shape(const KBuffer& B) const {
+  Shape s = B.shape;
+  if (B.row_count < 0 || s.empty()) return s;
+  int64_t rows = 0;
+  KernelArg c = arg(B.row_count);
+  api_->download(c.mem, c.value, &rows, sizeof rows);
+  s[0] = std::clamp<int64_t>(rows, 0, s[0]);
+  return s;
+}
+
+KernelArg DeviceModel::arg(int b) const {
+  const KBuffer& B = mod_.buffers[size_t(b)];
+  KernelArg a;
+  a.kind = KernelArg::Buffer;
+  if (B.kind == BufferKind::Activation) {
+    a.mem = arena_;
+    a.value = B.offset;
+  } else {
+    a.mem = own_[size_t(b)];
+  }
+  return a;
+}
+
+void DeviceModel::run_on_host(const Stage& st, std::map<int, Tensor>& dyn) const {
+  auto input = [&](int b) -> Tensor {
+    const KBuffer& B = mod_.buffers[size_t(b)];
+    if (B.dynamic) {
+      auto d = dyn.find(b);
+      if (d == dyn.end()) fail(ErrorKind::Runtime, "stage " + st.name + ": '" + B.value + "' was not computed");
+      return d->second;
+    }
+    Tensor t(B.dtype, run_shape(B));
+    KernelArg a = arg(b);
+    api_->download(a.mem, a.value, t.raw(), int64_t(t.nbytes()));
+    return t;
+  };
+  auto output = [&](int b, const Tensor& t) {
+    const KBuffer& B = mod_.buffers[size_t(b)];
+    if (B.dynamic) {
+      dyn[b] = t;
+      return;
+    }
+    // A capacity buffer (NonMaxSuppression's rows) takes up to its planned rows; its row count
+    // goes to the device with it.
+    const bool capacity = B.row_count >= 0 && !t.shape().empty() && t.shape().size() == B.shape.size() && t.shape()[0] <= B.shape[0] &&
+                          shape_numel(t.shape()) / std::max<int64_t>(1, t.shape()[0]) == shape_numel(B.shape) / std::max<int64_t>(1, B.shape[0]);
+    if (t.dtype() != B.dtype || (t.numel() != shape_numel(B.shape) && !capacity))
+      fail(ErrorKind::Runtime, "stage " + st.name + ": '" + B.value + "' came out as " + dtype_name(t.dtype()) + shape_str(t.shape()) +
+                                   ", planned " + dtype_name(B.dtype) + shape_str(B.shape));
+    KernelArg a = arg(b);
+    api_->upload(a.mem, a.value, t.raw(), int64_t(t.nbytes()));
+    if (B.row_count >= 0) {
+      const int64_t rows = t.shape().empty() ? 0 : t.shape()[0];
+      KernelArg c = arg(B.row_count);
+      api_->upload(c.mem, c.value, &rows, sizeof rows);
+    }
+  };
+  run_stage_reference(mod_, st, host_written(mod_, st), input, output);
+}
+
+TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const {
+  std::lock_guard<std::mutex> lock(run_mu_);
+  DeviceApi& A = *api_;
+  for (auto& [name, b] : mod_.graph_inputs) {
+    auto it = feeds.find(name);
+    if (it == feeds.end()) fail(ErrorKind::Invalid, "missing input '" + name + "'");
+    const KBuffer& B = mod_.buffers[size_t(b)];
+    const Tensor& t = it->second;
+    if (t.dtype() != B.dtype || t.shape() != B.shape)
+      fail(ErrorKind::Invalid, "input '" + name + "' is " + dtype_name(t.dtype()) + shape_str(t.shape()) + ", compiled for " +
+                                   dtype_name(B.dtype) + shape_str(B.shape));
+    KernelArg a = arg(b);
+    A.upload(a.mem, a.value, t.raw(), B.bytes);
+  }
+  A.fill_zero(status_);
+  std::map<int, Tensor> dyn;
+  if (stage_ms) stage_ms->assign(mod_.stages.size(), 0);
+  auto check_status = [&](size_t i) {
+    int32_t status = 0;
+    A.download(status_, 0, &status, sizeof status);
+    if (status)
+      fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_ops(mod_.graph, mod_.stages[i]) + "): " + nnfuse_status_message(status));
+  };
+  size_t last_kernel = 0;
+  for (size_t i = 0; i < mod_.stages.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int k = prog_.stage_kernel[i];
+    if (k >= 0) {
+      const DeviceKernel& K = prog_.kernels[size_t(k)];
+      std::vector<KernelArg> args;
+      for (int b : K.buffers) args.push_back(arg(b));
+      KernelArg st;
+      st.mem = status_;
+      args.push_back(st);
+      if (K.groups > 0) A.launch(k, args, K.groups, K.local);
+      last_kernel = i;
+    } else {
+      A.finish();
+      check_status(last_kernel);  // a bad index before the host reads what it produced
+      run_on_host(mod_.stages[i], dyn);
+    }
+    if (stage_ms) {
+      A.finish();
+      (*stage_ms)[i] = ms_since(t0);
+    }
+  }
+  A.finish();
+  check_status(last_kernel);
+  TensorMap result;
+  for (auto& [name, b] : mod_.graph_outputs) {
+    const KBuffer& B = mod_.buffers[size_t(b)];
+    if (B.dynamic) {
+      result[name] = dyn.at(b);
+      continue;
+    }
+    Tensor t(B.dtype, run_shape(B));
+    KernelArg a = arg(b);
+    A.download(a.mem, a.value, t.raw(), int64_t(t.nbytes()));
+    result[name] = t;
+  }
+  return result;
+}
+
+TensorMap DeviceModel::run(const TensorMap& feeds) const { return run_impl(feeds, nullptr); }
+
+nlohmann::json DeviceModel::profile(const TensorMap& feeds) const {
+  std::vector<double> ms;
+  run_impl(feeds, &ms);
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < mod_.stages.size(); ++i) {
+    const Stage& st = mod_.stages[i];
+    const int k = prog_.stage_kernel[i];
+    rows.push_back({{"kernel", st.name},
+                    {"ops", stage_ops(mod_.graph, st)},
+                    {"where", k >= 0 ? "device" : "host"},
+                    {"form", k >= 0 ? prog_.kernels[size_t(k)].form : prog_.host_reason[i]},
+                    {"ms", ms[i]},
+                    {"gflops", ms[i] > 0 ? st.flops / (ms[i] * 1e6) : 0.0}});
+  }
+  return rows;
+}
+
+nlohmann::json DeviceModel::info() const {
+  nlohmann::json j = build_info_;
+  j["memory"] = {{"arena_bytes", mod_.arena_bytes}, {"naive_bytes", mod_.naive_bytes}};
+  nlohmann::json host = nlohmann::json::array();
+  for (size_t i = 0; i < prog_.stage_kernel.size(); ++i)
+    if (prog_.stage_kernel[i] < 0) host.push_back({{"stage", mod_.stages[i].name}, {"reason", prog_.host_reason[i]}});
+  j["host_stage_list"] = host;
+  return j;
+}
+
+}  // namespace nnfuse::device

@@ -1,0 +1,565 @@
+// Kernel-IR stages -> the device kernel form (device_program.h). One printer for both GPU
+// dialects: what differs (qualifiers, ids, barriers) is the backend's prelude.
+#include "kernels/device/device_program.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "graph/error.h"
+
+namespace nnfuse::device {
+
+namespace {
+
+constexpr int kTile = 16;        // tiled GEMM: 16 x 16 outputs per work-group, one per work-item
+constexpr int kGroup = 256;      // work-items per group for every other form
+constexpr int64_t kMinTiledRows = 8;  // Conv: output channels per group below this run direct
+
+std::string flt(double v) {
+  if (std::isnan(v)) return "NF_NAN";
+  if (std::isinf(v)) return v > 0 ? "NF_INF" : "(-NF_INF)";
+  std::ostringstream o;
+  o << std::setprecision(9) << float(v);
+  std::string s = o.str();
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return "(" + s + "f)";
+}
+
+std::string i64s(int64_t v) { return "((i64)" + std::to_string(v) + ")"; }
+
+std::string c_type(DType dt, const std::string& where) {
+  switch (dt) {
+    case DType::Float32: return "float";
+    case DType::Int64: return "i64";
+    case DType::Int32: return "i32";
+    case DType::Int16: return "i16";
+    case DType::Int8: return "i8";
+    case DType::UInt64: return "u64";
+    case DType::UInt32: return "u32";
+    case DType::UInt16: return "u16";
+    case DType::UInt8:
+    case DType::Bool: return "u8";
+    default: fail(ErrorKind::Unsupported, "device kernels: " + where + " touches a " + std::string(dtype_name(dt)) + " buffer");
+  }
+}
+
+// The element-wise ops of expression trees, as float functions (the CPU's gen_support.h ops,
+// scalar). Comparisons and logic give 0 / 1; NaN propagates through Relu/Max/Min as on the CPU.
+const char* kOps = R"(
+NF_FN float op_Relu(float x) { return x < 0.0f ? 0.0f : x; }
+NF_FN float op_Sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
+NF_FN float op_Tanh(float x) { return tanh(x); }
+NF_FN float op_Erf(float x) { return erf(x); }
+NF_FN float op_Exp(float x) { return exp(x); }
+NF_FN float op_Log(float x) { return log(x); }
+NF_FN float op_Sqrt(float x) { return sqrt(x); }
+NF_FN float op_Gelu(float x) { return 0.5f * x * (1.0f + erf(x * 0.70710678118654752f)); }
+NF_FN float op_Neg(float x) { return -x; }
+NF_FN float op_Abs(float x) { return fabs(x); }
+NF_FN float op_Reciprocal(float x) { return 1.0f / x; }
+NF_FN float op_Floor(float x) { return floor(x); }
+NF_FN float op_Ceil(float x) { return ceil(x); }
+NF_FN float op_Round(float x) { return rint(x); }
+NF_FN float op_Sin(float x) { return sin(x); }
+NF_FN float op_Cos(float x) { return cos(x); }
+NF_FN float op_Trunc(float x) { return trunc(x); }
+NF_FN float op_Max(float a, float b) { return a < b ? b : a; }
+NF_FN float op_Min(float a, float b) { return b < a ? b : a; }
+NF_FN float op_LeakyRelu(float x, float a, float b) { return x < 0.0f ? x * a : x; }
+NF_FN float op_Elu(float x, float a, float b) { return x < 0.0f ? a * (exp(x) - 1.0f) : x; }
+NF_FN float op_HardSigmoid(float x, float a, float b) { return op_Min(op_Max(a * x + b, 0.0f), 1.0f); }
+NF_FN float op_HardSwish(float x) { return x * op_Min(op_Max(x * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f); }
+NF_FN float op_Clip(float x, float lo, float hi) { return op_Min(op_Max(x, lo), hi); }
+NF_FN float op_Add(float a, float b) { return a + b; }
+NF_FN float op_Sub(float a, float b) { return a - b; }
+NF_FN float op_Mul(float a, float b) { return a * b; }
+NF_FN float op_Div(float a, float b) { return a / b; }
+NF_FN float op_Pow(float a, float b) { return pow(a, b); }
+NF_FN float op_PRelu(float x, float s) { return x < 0.0f ? x * s : x; }
+NF_FN float op_Where(float c, float x, float y) { return c != 0.0f ? x : y; }
+NF_FN float op_Equal(float a, float b) { return a == b ? 1.0f : 0.0f; }
+NF_FN float op_Less(float a, float b) { return a < b ? 1.0f : 0.0f; }
+NF_FN float op_LessOrEqual(float a, float b) { return a <= b ? 1.0f : 0.0f; }
+NF_FN float op_Greater(float a, float b) { return a > b ? 1.0f : 0.0f; }
+NF_FN float op_GreaterOrEqual(float a, float b) { return a >= b ? 1.0f : 0.0f; }
+NF_FN float op_And(float a, float b) { return (a != 0.0f && b != 0.0f) ? 1.0f : 0.0f; }
+NF_FN float op_Or(float a, float b) { return (a != 0.0f || b != 0.0f) ? 1.0f : 0.0f; }
+NF_FN float op_Xor(float a, float b) { return ((a != 0.0f) != (b != 0.0f)) ? 1.0f : 0.0f; }
+NF_FN float op_Not(float a) { return a != 0.0f ? 0.0f : 1.0f; }
+NF_FN float op_NotZero(float a) { return a != 0.0f ? 1.0f : 0.0f; }
+NF_FN float op_IsNaN(float a) { return a != a ? 1.0f : 0.0f; }
+NF_FN float op_IsPosInf(float a) { return a == NF_INF ? 1.0f : 0.0f; }
+NF_FN float op_IsNegInf(float a) { return a == -NF_INF ? 1.0f : 0.0f; }
+NF_FN float op_IsInf(float a) { return (a == NF_INF || a == -NF_INF) ? 1.0f : 0.0f; }
+)";
+
+const std::set<std::string> kUnaryWithParams = {"LeakyRelu", "Elu", "HardSigmoid"};
+
+struct KernelPrinter {
+  const KernelModule& m;
+  const Stage& st;
+  DeviceKernel k;
+  std::ostringstream body;
+  std::map<int, int> arg_of;  // buffer -> argument slot
+  int tmp = 0;
+
+  KernelPrinter(const KernelModule& mod, const Stage& s) : m(mod), st(s) { k.name = "nf_" + s.name; }
+
+  std::string where() const { return "stage " + st.name; }
+  std::string buf(int b) {
+    if (b < 0 || size_t(b) >= m.buffers.size()) fail(ErrorKind::Invalid, "device kernels: " + where() + " names no buffer " + std::to_string(b));
+    if (!arg_of.count(b)) {
+      arg_of[b] = int(k.buffers.size());
+      k.buffers.push_back(b);
+    }
+    return "b" + std::to_string(b);
+  }
+  std::string type_of(int b) const { return c_type(m.buffers[size_t(b)].dtype, where()); }
+
+  // A map's offset at (r, c) for a map that is not affine: statements into `o` computing a fresh
+  // variable, which is returned (the CPU emitter's off_fn, inline).
+  std::string map_offset(std::ostringstream& o, const IndexMap& map, const std::string& r, const std::string& c) {
+    const std::string var = "o" + std::to_string(tmp++);
+    o << "    i64 " << var << ";\n    {\n      i64 e = " << r << " * " << i64s(st.width) << " + " << c << ";\n";
+    const Shape& d = map.domain;
+    o << "      i64 a0[" << std::max<size_t>(d.size(), 1) << "];\n      a0[0] = 0;\n";
+    for (size_t q = d.size(); q-- > 0;) o << "      a0[" << q << "] = e % " << i64s(d[q]) << "; e /= " << i64s(d[q]) << ";\n";
+    std::string cur = "a0";
+    Shape from = d;
+    int n = 0;
+    for (const IndexStep& s : map.steps) {
+      const std::string nxt = "a" + std::to_string(++n);
+      o << "      i64 " << nxt << "[" << std::max<size_t>(s.to.size(), 1) << "];\n      " << nxt << "[0] = 0;\n";
+      if (s.kind == IndexStep::Offset) {
+        for (size_t q = 0; q < s.to.size(); ++q)
+          o << "      " << nxt << "[" << q << "] = " << cur << "[" << q << "]" << (s.stride.empty() ? "" : " * " + i64s(s.stride[q])) << " + "
+            << i64s(s.off[q]) << ";\n";
+      } else if (s.kind == IndexStep::Select) {
+        for (size_t q = 0; q < s.to.size(); ++q)
+          o << "      " << nxt << "[" << q << "] = " << (s.src[q] >= 0 ? cur + "[" + std::to_string(s.src[q]) + "]" : std::string("0")) << ";\n";
+      } else if (s.kind == IndexStep::Reshape) {
+        o << "      { i64 l = 0;\n";
+        for (size_t q = 0; q < s.from.size(); ++q) o << "        l = l * " << i64s(s.from[q]) << " + " << cur << "[" << q << "];\n";
+        for (size_t q = s.to.size(); q-- > 0;) o << "        " << nxt << "[" << q << "] = l % " << i64s(s.to[q]) << "; l /= " << i64s(s.to[q]) << ";\n";
+        o << "      }\n";
+      } else {  // Gather: an index read from a buffer; negative counts from the end, out of range is reported
+        const size_t axis = size_t(s.axis), q = size_t(s.q);
+        const std::string ib = buf(s.index_buffer);
+        o << "      { i64 l = 0;\n";
+        for (size_t j = axis; j < axis + q; ++j) o << "        l = l * " << i64s(s.from[j]) << " + " << cur << "[" << j << "];\n";
+        o << "        i64 i = (i64)" << ib << "[l];\n        if (i < 0) i += " << i64s(s.to[axis]) << ";\n";
+        o << "        if (i < 0 || i >= " << i64s(s.to[axis]) << ") { *status = 1; i = 0; }\n";
+        o << "        " << nxt << "[" << axis << "] = i;\n      }\n";
+        for (size_t j = 0; j < axis; ++j) o << "      " << nxt << "[" << j << "] = " << cur << "[" << j << "];\n";
+        for (size_t j = axis + 1; j < s.to.size(); ++j) o << "      " << nxt << "[" << j << "] = " << cur << "[" << j + q - 1 << "];\n";
+      }
+      cur = nxt;
+      from = s.to;
+    }
+    o << "      i64 off = 0;\n";
+    for (size_t q = 0; q < from.size(); ++q) o << "      off = off * " << i64s(from[q]) << " + " << cur << "[" << q << "];\n";
+    o << "      " << var << " = off;\n    }\n";
+    return var;
+  }
+
+  std::string offset(std::ostringstream& o, const IndexMap& map, const Access& a, const std::string& r, const std::string& c) {
+    if (a.affine) return "(" + i64s(a.base) + " + " + r + " * " + i64s(a.row_stride) + " + " + c + " * " + i64s(a.col_stride) + ")";
+    return map_offset(o, map, r, c);
+  }
+
+  // The expression pool and the stores at (r, c) ("r", "c" in scope); `v`: the anchor value's
+  // name, or "" in an element-wise stage. Returns the primary store's expression (the value the
+  // anchor output holds), or "" when there is none.
+  std::string exprs_and_stores(std::ostringstream& o, const std::string& v, int skip_store) {
+    for (size_t i = 0; i < st.exprs.size(); ++i) {
+      const Expr& e = st.exprs[i];
+      auto a = [&](size_t q) { return "e" + std::to_string(e.args.at(q)); };
+      std::string val;
+      switch (e.kind) {
+        case Expr::Load: {
+          const std::string b = buf(e.buffer);
+          val = "(float)" + b + "[" + offset(o, e.map, e.access, "r", "c") + "]";
+          break;
+        }
+        case Expr::Const: val = flt(e.value); break;
+        case Expr::AnchorValue: val = v.empty() ? "0.0f" : v; break;
+        case Expr::Clip: val = "op_Clip(" + a(0) + ", " + flt(e.lo) + ", " + flt(e.hi) + ")"; break;
+        case Expr::Unary:
+          val = kUnaryWithParams.count(e.op) ? "op_" + e.op + "(" + a(0) + ", " + flt(e.lo) + ", " + flt(e.hi) + ")"
+                                             : "op_" + e.op + "(" + a(0) + ")";
+          break;
+        case Expr::Binary: val = "op_" + e.op + "(" + a(0) + ", " + a(1) + ")"; break;
+        case Expr::Where: val = "op_Where(" + a(0) + ", " + a(1) + ", " + a(2) + ")"; break;
+      }
+      o << "    const float e" << i << " = " << val << ";\n";
+    }
+    for (size_t i = 0; i < st.stores.size(); ++i) {
+      if (int(i) == skip_store) continue;
+      const Store& s = st.stores[i];
+      const std::string b = buf(s.buffer);
+      const std::string off = offset(o, s.map, s.access, "r", "c");
+      o << "    " << b << "[" << off << "] = (" << type_of(s.buffer) << ")(e" << s.expr << ");\n";
+    }
+    if (skip_store >= 0) return "e" + std::to_string(st.stores[size_t(skip_store)].expr);
+    return "";
+  }
+
+  // The epilogue on anchor value `v` at (r, c), writing the anchor output at `y_off`.
+  std::string epilogue(const std::string& v, const std::string& r, const std::string& c, const std::string& y_off) {
+    std::ostringstream o;
+    o << "  {\n    const i64 r = " << r << ", c = " << c << ";\n    const float v = " << v << ";\n";
+    const std::string primary = exprs_and_stores(o, "v", st.primary_store);
+    const std::string y = buf(st.anchor_output);
+    o << "    " << y << "[" << y_off << "] = " << (primary.empty() ? "v" : primary) << ";\n  }\n";
+    return o.str();
+  }
+
+  int64_t ip(const std::string& key) const {
+    auto it = st.iparams.find(key);
+    if (it == st.iparams.end()) fail(ErrorKind::Invalid, "device kernels: " + where() + " lacks parameter " + key);
+    return it->second;
+  }
+
+  void elementwise() {
+    const int64_t total = st.rows * st.width;
+    k.form = "elementwise";
+    k.local = kGroup;
+    k.groups = (total + kGroup - 1) / kGroup;
+    body << "  const i64 gid = NF_GID;\n  if (gid >= " << i64s(total) << ") return;\n";
+    body << "  const i64 r = gid / " << i64s(st.width) << ", c = gid % " << i64s(st.width) << ";\n";
+    exprs_and_stores(body, "", -1);
+  }
+
+  // A tiled GEMM over `batches` independent products of M x KD by KD x NC: `decode` declares the
+  // batch's variables from bb, `a_elem(m, kk)` and `b_elem(kk, n)` are expressions (in bounds),
+  // `r`/`c` the epilogue's row and column of output (m, n).
+  void tiled(const std::string& form, int64_t batches, int64_t M, int64_t NC, int64_t KD, const std::string& decode,
+             const std::string& a_elem, const std::string& b_elem, const std::string& r, const std::string& c, const std::string& scale,
+             const std::string& y_off) {
+    const int64_t tm = (M + kTile - 1) / kTile, tn = (NC + kTile - 1) / kTile;
+    k.form = form;
+    k.local = kTile * kTile;
+    k.groups = batches * tm * tn;
+    body << "  NF_LOCAL_ARRAY float As[" << kTile << "][" << kTile + 1 << "];\n";
+    body << "  NF_LOCAL_ARRAY float Bs[" << kTile << "][" << kTile + 1 << "];\n";
+    body << "  const i64 grp = NF_GROUP;\n  const i64 tn_ = grp % " << i64s(tn) << ", tq_ = grp / " << i64s(tn) << ";\n";
+    body << "  const i64 tm_ = tq_ % " << i64s(tm) << ", bb = tq_ / " << i64s(tm) << ";\n";
+    body << "  const int lid = NF_LID, ty = lid / " << kTile << ", tx = lid % " << kTile << ";\n";
+    body << "  const i64 m = tm_ * " << kTile << " + ty, n = tn_ * " << kTile << " + tx;\n";
+    body << decode;
+    body << "  float acc = 0.0f;\n";
+    body << "  for (i64 k0 = 0; k0 < " << i64s(KD) << "; k0 += " << kTile << ") {\n";
+    body << "    { const i64 kk = k0 + tx; As[ty][tx] = (m < " << i64s(M) << " && kk < " << i64s(KD) << ") ? (" << a_elem << ") : 0.0f; }\n";
+    body << "    { const i64 kk = k0 + ty; Bs[ty][tx] = (kk < " << i64s(KD) << " && n < " << i64s(NC) << ") ? (" << b_elem << ") : 0.0f; }\n";
+    body << "    NF_SYNC();\n    for (int q = 0; q < " << kTile << "; ++q) acc += As[ty][q] * Bs[q][tx];\n    NF_SYNC();\n  }\n";
+    body << "  if (m < " << i64s(M) << " && n < " << i64s(NC) << ")\n" << epilogue(scale + "acc", r, c, y_off);
+  }
+
+  void gemm() {
+    const int64_t M = ip("M"), N = ip("N"), K = ip("K"), batch = ip("batch"), tA = ip("transA"), tB = ip("transB");
+    const auto& ao = st.vparams.at("a_off");
+    const auto& bo = st.vparams.at("b_off");
+    const std::string A = buf(st.anchor_inputs.at(0)), B = buf(st.anchor_inputs.at(1));
+    std::ostringstream dec;
+    auto table = [&](const char* name, const std::vector<int64_t>& offs) {
+      bool affine = true;
+      const int64_t step = offs.size() > 1 ? offs[1] - offs[0] : 0;
+      for (size_t b = 0; b < offs.size(); ++b) affine = affine && offs[b] == int64_t(b) * step;
+      if (affine) {
+        dec << "  const i64 " << name << " = bb * " << i64s(step) << ";\n";
+        return;
+      }
+      dec << "  const i64 " << name << "_t[] = {";
+      for (size_t b = 0; b < offs.size(); ++b) dec << (b ? "," : "") << offs[b];
+      dec << "};\n  const i64 " << name << " = " << name << "_t[bb];\n";
+    };
+    table("ab", ao);
+    table("bb_", bo);
+    const std::string a = tA ? A + "[ab + kk * " + i64s(M) + " + m]" : A + "[ab + m * " + i64s(K) + " + kk]";
+    const std::string b = tB ? B + "[bb_ + n * " + i64s(K) + " + kk]" : B + "[bb_ + kk * " + i64s(N) + " + n]";
+    const double alpha = st.fparams.count("alpha") ? st.fparams.at("alpha") : 1.0;
+    tiled("tiled_gemm", batch, M, N, K, dec.str(), a, b, "bb * " + i64s(M) + " + m", "n", alpha == 1.0 ? "" : flt(alpha) + " * ",
+          "r * " + i64s(N) + " + c");
+  }
+
+  void conv() {
+    const int64_t N = ip("N"), C = ip("C"), H = ip("H"), W = ip("W"), K = ip("CO"), KH = ip("KH"), KW = ip("KW"), OH = ip("OH"),
+                  OW = ip("OW"), SH = ip("SH"), SW = ip("SW"), PH = ip("PH"), PW = ip("PW"), DH = ip("DH"), DW = ip("DW"), G = ip("G");
+    const int64_t Cg = C / G, Kg = K / G, KD = Cg * KH * KW;
+    const std::string x = buf(st.anchor_inputs.at(0)), w = buf(st.anchor_inputs.at(1));
+    const std::string y_off = "r * " + i64s(OH * OW) + " + c";
+    // The input element at channel ci of the group, kernel tap (kh, kw), output pixel (oh, ow);
+    // zero in the padding.
+    auto x_at = [&](const std::string& nb, const std::string& ch) {
+      return "((ih >= 0 && ih < " + i64s(H) + " && iw >= 0 && iw < " + i64s(W) + ") ? " + x + "[((" + nb + " * " + i64s(C) + " + " + ch +
+             ") * " + i64s(H) + " + ih) * " + i64s(W) + " + iw] : 0.0f)";
+    };
+    if (Kg >= kMinTiledRows) {
+      std::ostringstream dec;
+      dec << "  const i64 nb = bb / " << i64s(G) << ", g = bb % " << i64s(G) << ";\n";
+      // B(kk, n): im2col on the fly. Written as a statement expression would not be portable, so
+      // the tap decomposition is a helper.
+      const std::string helper = "x_im2col_" + st.name;
+      std::ostringstream h;
+      h << "NF_FN float " << helper << "(NF_GLOBAL const float* " << x << ", i64 nb, i64 g, i64 kk, i64 n) {\n";
+      h << "  const i64 ci = kk / " << i64s(KH * KW) << ", kr = kk % " << i64s(KH * KW) << ", kh = kr / " << i64s(KW) << ", kw = kr % "
+        << i64s(KW) << ";\n";
+      h << "  const i64 oh = n / " << i64s(OW) << ", ow = n % " << i64s(OW) << ";\n";
+      h << "  const i64 ih = oh * " << i64s(SH) << " - " << i64s(PH) << " + kh * " << i64s(DH) << ", iw = ow * " << i64s(SW) << " - "
+        << i64s(PW) << " + kw * " << i64s(DW) << ";\n";
+      h << "  return " << x_at("nb", "g * " + i64s(Cg) + " + ci") << ";\n}\n";
+      helpers += h.str();
+      tiled("implicit_gemm_conv", N * G, Kg, OH * OW, KD, dec.str(), w + "[(g * " + i64s(Kg) + " + m) * " + i64s(KD) + " + kk]",
+            helper + "(" + x + ", nb, g, kk, n)", "nb * " + i64s(K) + " + g * " + i64s(Kg) + " + m", "n", "", y_off);
+      return;
+    }
+    const int64_t total = N * K * OH * OW;
+    k.form = "direct_conv";
+    k.local = kGroup;
+    k.groups = (total + kGroup - 1) / kGroup;
+    body << "  const i64 gid = NF_GID;\n  if (gid >= " << i64s(total) << ") return;\n";
+    body << "  const i64 ow = gid % " << i64s(OW) << ", oh = (gid / " << i64s(OW) << ") % " << i64s(OH) << ";\n";
+    body << "  const i64 kc = (gid / " << i64s(OW * OH) << ") % " << i64s(K) << ", nb = gid / " << i64s(OW * OH * K) << ";\n";
+    body << "  const i64 g = kc / " << i64s(Kg) << ";\n  float acc = 0.0f;\n";
+    body << "  for (i64 ci = 0; ci < " << i64s(Cg) << "; ++ci)\n    for (i64 kh = 0; kh < " << i64s(KH) << "; ++kh) {\n";
+    body << "      const i64 ih = oh * " << i64s(SH) << " - " << i64s(PH) << " + kh * " << i64s(DH) << ";\n";
+    body << "      if (ih < 0 || ih >= " << i64s(H) << ") continue;\n";
+    body << "      for (i64 kw = 0; kw < " << i64s(KW) << "; ++kw) {\n";
+    body << "        const i64 iw = ow * " << i64s(SW) << " - " << i64s(PW) << " + kw * " << i64s(DW) << ";\n";
+    body << "        if (iw < 0 || iw >= " << i64s(W) << ") continue;\n";
+    body << "        acc += " << w << "[((kc * " << i64s(Cg) << " + ci) * " << i64s(KH) << " + kh) * " << i64s(KW) << " + kw] * " << x << "[((nb * "
+         << i64s(C) << " + g * " << i64s(Cg) << " + ci) * " << i64s(H) << " + ih) * " << i64s(W) << " + iw];\n";
+    body << "      }\n    }\n";
+    body << epilogue("acc", "nb * " + i64s(K) + " + kc", "oh * " + i64s(OW) + " + ow", y_off);
+  }
+
+  void pool() {
+    const int64_t N = ip("N"), C = ip("C"), H = ip("H"), W = ip("W"), OH = ip("OH"), OW = ip("OW"), KH = ip("KH"), KW = ip("KW"),
+                  SH = ip("SH"), SW = ip("SW"), PH = ip("PH"), PW = ip("PW"), PH1 = ip("PH1"), PW1 = ip("PW1"), DH = ip("DH"),
+                  DW = ip("DW");
+    const bool is_max = ip("MAX"), cip = ip("CIP");
+    const std::string x = buf(st.anchor_inputs.at(0));
+    const int64_t total = N * C * OH * OW;
+    k.form = "pool";
+    k.local = kGroup;
+    k.groups = (total + kGroup - 1) / kGroup;
+    body << "  const i64 gid = NF_GID;\n  if (gid >= " << i64s(total) << ") return;\n";
+    body << "  const i64 ow = gid % " << i64s(OW) << ", oh = (gid / " << i64s(OW) << ") % " << i64s(OH) << ", rc = gid / " << i64s(OW * OH)
+         << ";\n";
+    body << "  float acc = " << (is_max ? "-NF_INF" : "0.0f") << ";\n  i64 cnt = 0;\n";
+    body << "  for (i64 kh = 0; kh < " << i64s(KH) << "; ++kh) {\n    const i64 ih = oh * " << i64s(SH) << " - " << i64s(PH) << " + kh * "
+         << i64s(DH) << ";\n    if (ih < 0 || ih >= " << i64s(H) << ") continue;\n";
+    body << "    for (i64 kw = 0; kw < " << i64s(KW) << "; ++kw) {\n      const i64 iw = ow * " << i64s(SW) << " - " << i64s(PW)
+         << " + kw * " << i64s(DW) << ";\n      if (iw < 0 || iw >= " << i64s(W) << ") continue;\n";
+    body << "      const float xv = " << x << "[(rc * " << i64s(H) << " + ih) * " << i64s(W) << " + iw];\n";
+    body << "      acc = " << (is_max ? "op_Max(acc, xv)" : "acc + xv") << ";\n      ++cnt;\n    }\n  }\n";
+    if (!is_max) {
+      if (cip) {
+        body << "  { const i64 h0 = oh * " << i64s(SH) << " - " << i64s(PH) << ", w0 = ow * " << i64s(SW) << " - " << i64s(PW) << ";\n";
+        body << "    i64 h1 = h0 + " << i64s((KH - 1) * DH + 1) << ", w1 = w0 + " << i64s((KW - 1) * DW + 1) << ";\n";
+        body << "    if (h1 > " << i64s(H + PH1) << ") h1 = " << i64s(H + PH1) << ";\n    if (w1 > " << i64s(W + PW1) << ") w1 = " << i64s(W + PW1)
+             << ";\n";
+        body << "    cnt = ((h1 - h0 + " << i64s(DH - 1) << ") / " << i64s(DH) << ") * ((w1 - w0 + " << i64s(DW - 1) << ") / " << i64s(DW)
+             << ");\n  }\n";
+      }
+      body << "  acc = cnt ? acc / (float)cnt : 0.0f;\n";
+    }
+    body << epilogue("acc", "rc", "oh * " + i64s(OW) + " + ow", "r * " + i64s(OH * OW) + " + c");
+  }
+
+  // Tree reduction of `val` over the work-group into red[0], read back into `val`.
+  std::string group_reduce(const std::string& val, bool is_max) {
+    std::ostringstream o;
+    o << "  red[lid] = " << val << ";\n  NF_SYNC();\n";
+    o << "  for (int s = " << kGroup / 2 << "; s > 0; s >>= 1) {\n    if (lid < s) red[lid] = "
+      << (is_max ? "op_Max(red[lid], red[lid + s])" : "red[lid] + red[lid + s]") << ";\n    NF_SYNC();\n  }\n";
+    o << "  " << val << " = red[0];\n  NF_SYNC();\n";
+    return o.str();
+  }
+
+  // Softmax / LayerNorm / Reduce over rows of n contiguous elements: a work-group per row.
+  void row_kernel(const std::string& op, int64_t rows, int64_t n, int mode) {
+    const std::string x = buf(st.anchor_inputs.at(0));
+    k.form = "row_reduction";
+    k.local = kGroup;
+    k.groups = rows;
+    body << "  NF_LOCAL_ARRAY float red[" << kGroup << "];\n";
+    body << "  const i64 row = NF_GROUP;\n  const int lid = NF_LID;\n";
+    body << "  NF_GLOBAL const float* xr = " << x << " + row * " << i64s(n) << ";\n";
+    const std::string each = "for (i64 q = lid; q < " + i64s(n) + "; q += " + std::to_string(kGroup) + ")";
+    if (op == "Softmax") {
+      body << "  float mx = -NF_INF;\n  " << each << " mx = op_Max(mx, xr[q]);\n" << group_reduce("mx", true);
+      body << "  float sum = 0.0f;\n  " << each << " sum += exp(xr[q] - mx);\n" << group_reduce("sum", false);
+      body << "  const float inv = 1.0f / sum;\n  " << each << "\n"
+           << epilogue("exp(xr[q] - mx) * inv", "row", "q", "r * " + i64s(n) + " + c");
+    } else if (op == "LayerNormalization") {
+      body << "  float sum = 0.0f;\n  " << each << " sum += xr[q];\n" << group_reduce("sum", false);
+      body << "  const float mean = sum / " << flt(double(n)) << ";\n";
+      body << "  float sq = 0.0f;\n  " << each << " { const float d = xr[q] - mean; sq += d * d; }\n" << group_reduce("sq", false);
+      body << "  const float inv = 1.0f / sqrt(sq / " << flt(double(n)) << " + " << flt(st.fparams.at("eps")) << ");\n";
+      body << "  " << each << "\n" << epilogue("(xr[q] - mean) * inv", "row", "q", "r * " + i64s(n) + " + c");
+    } else {  // Reduce with inner == 1: one value per row
+      body << "  float acc = " << (mode == 2 ? "-NF_INF" : "0.0f") << ";\n  " << each << " acc = "
+           << (mode == 2 ? "op_Max(acc, xr[q])" : "acc + xr[q]") << ";\n"
+           << group_reduce("acc", mode == 2);
+      if (mode == 1) body << "  acc = acc / " << flt(double(n)) << ";\n";
+      body << "  if (lid == 0)\n" << epilogue("acc", "row", "0", "r");
+    }
+  }
+
+  // Softmax / Reduce over a non-last axis, x viewed as [outer, n, inner]: a work-item per
+  // (outer, inner) column.
+  void column_kernel(const std::string& op, int64_t outer, int64_t n, int64_t inner, int mode) {
+    const std::string x = buf(st.anchor_inputs.at(0));
+    const int64_t total = outer * inner;
+    k.form = "column_reduction";
+    k.local = kGroup;
+    k.groups = (total + kGroup - 1) / kGroup;
+    body << "  const i64 gid = NF_GID;\n  if (gid >= " << i64s(total) << ") return;\n";
+    body << "  const i64 o = gid / " << i64s(inner) << ", i = gid % " << i64s(inner) << ";\n";
+    body << "  NF_GLOBAL const float* xo = " << x << " + o * " << i64s(n * inner) << " + i;\n";
+    const std::string each = "for (i64 q = 0; q < " + i64s(n) + "; ++q)";
+    if (op == "Softmax") {
+      body << "  float mx = -NF_INF;\n  " << each << " mx = op_Max(mx, xo[q * " << i64s(inner) << "]);\n";
+      body << "  float sum = 0.0f;\n  " << each << " sum += exp(xo[q * " << i64s(inner) << "] - mx);\n";
+      body << "  const float inv = 1.0f / sum;\n  " << each << "\n"
+           << epilogue("exp(xo[q * " + i64s(inner) + "] - mx) * inv", "o * " + i64s(n) + " + q", "i", "r * " + i64s(inner) + " + c");
+    } else {
+      body << "  float acc = " << (mode == 2 ? "-NF_INF" : "0.0f") << ";\n  " << each << " acc = "
+           << (mode == 2 ? "op_Max(acc, xo[q * " + i64s(inner) + "])" : "acc + xo[q * " + i64s(inner) + "]") << ";\n";
+      if (mode == 1) body << "  acc = acc / " << flt(double(n)) << ";\n";
+      body << epilogue("acc", "o", "i", "r * " + i64s(inner) + " + c");
+    }
+  }
+
+  // Returns false when the stage has no device form.
+  bool print() {
+    if (st.kind == StageKind::Elementwise) {
+      elementwise();
+    } else if (st.kind == StageKind::Anchor && st.kernel_outputs.empty() && st.layout_block <= 0) {
+      const std::string& op = st.anchor_op;
+      if (st.anchor_output < 0 || m.buffers[size_t(st.anchor_output)].dtype != DType::Float32) return false;
+      if (op == "MatMul" || op == "Gemm") gemm();
+      else if (op == "Conv") conv();
+      else if (op == "Pool") pool();
+      else if (op == "Softmax" && st.iparams.count("inner") && ip("inner") > 1) column_kernel(op, ip("outer"), ip("n"), ip("inner"), 0);
+      else if (op == "Softmax" || op == "LayerNormalization") row_kernel(op, ip("rows"), ip("n"), 0);
+      else if (op == "Reduce" && ip("inner") == 1) row_kernel(op, ip("outer"), ip("red"), int(ip("mode")));
+      else if (op == "Reduce") column_kernel(op, ip("outer"), ip("red"), ip("inner"), int(ip("mode")));
+      else return false;
+    } else {
+      return false;
+    }
+    for (int b : k.buffers) {
+      const KBuffer& B = m.buffers[size_t(b)];
+      if (B.dynamic || B.row_count >= 0 || B.prepared_by >= 0) return false;
+    }
+    return true;
+  }
+
+  std::string helpers;
+
+  std::string source() {
+    std::ostringstream o;
+    o << helpers;
+    o << "NF_KERNEL void " << k.name << "(";
+    for (size_t i = 0; i < k.buffers.size(); ++i) o << "NF_GLOBAL u8* p" << i << ", i64 q" << i << ", ";
+    o << "NF_GLOBAL u8* p_status, i64 q_status) {\n";
+    for (size_t i = 0; i < k.buffers.size(); ++i) {
+      const int b = k.buffers[i];
+      const std::string t = type_of(b);
+      o << "  NF_GLOBAL " << t << "* b" << b << " = (NF_GLOBAL " << t << "*)(p" << i << " + q" << i << ");\n";
+    }
+    o << "  NF_GLOBAL i32* status = (NF_GLOBAL i32*)(p_status + q_status);\n";
+    // Work-group arrays first: OpenCL wants them at the kernel's outermost scope.
+    std::string b = body.str();
+    std::string locals, rest;
+    std::istringstream lines(b);
+    for (std::string line; std::getline(lines, line);) (line.find("NF_LOCAL_ARRAY") != std::string::npos ? locals : rest) += line + "\n";
+    o << locals << "  (void)status;\n" << rest << "}\n\n";
+    return o.str();
+  }
+};
+
+// Whether the stage's members can run one by one with the reference kernels between device
+// launches: every value they read is a buffer, a constant or made by an earlier member, and every
+// buffer the stage writes is a member's output.
+bool host_runnable(const KernelModule& m, const Stage& st, std::string& why) {
+  std::set<std::string> made;
+  const Graph& g = m.graph;
+  for (NodeId id : st.nodes) {
+    const Node& n = g.node(id);
+    for (auto& v : n.inputs) {
+      if (v.empty() || made.count(v) || m.buffer_id(v) >= 0 || g.constant_value(v)) continue;
+      why = n.op_type + " " + n.label() + " reads '" + v + "', which only the fused block holds";
+      return false;
+    }
+    for (auto& v : n.outputs) made.insert(v);
+  }
+  std::vector<int> written = st.outputs;
+  for (auto& s : st.stores) written.push_back(s.buffer);
+  for (int b : st.kernel_outputs)
+    if (b >= 0) written.push_back(b);
+  if (st.anchor_output >= 0 && st.primary_store >= 0) written.push_back(st.anchor_output);
+  std::set<int> counts;  // row counts of capacity buffers: written with them
+  for (auto& B : m.buffers)
+    if (B.row_count >= 0) counts.insert(B.row_count);
+  for (int b : written) {
+    if (counts.count(b)) continue;
+    const std::string& v = m.buffers[size_t(b)].value;
+    if (v.empty() || !made.count(v)) {
+      why = "it writes a buffer no member outputs";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+DeviceProgram print_device_program(const KernelModule& m) {
+  if (m.layout_block > 0) fail(ErrorKind::Invalid, "device kernels: the module was lowered with blocked layouts; lower with layout_block 0");
+  DeviceProgram p;
+  std::ostringstream src;
+  src << kOps << "\n";
+  for (size_t i = 0; i < m.stages.size(); ++i) {
+    const Stage& st = m.stages[i];
+    KernelPrinter kp(m, st);
+    kp.k.stage = int(i);
+    bool ok = false;
+    std::string why;
+    if (st.kind == StageKind::Fallback) why = "fallback: " + st.fallback_reason;
+    else {
+      try {
+        ok = kp.print();
+      } catch (const Error& e) {
+        why = e.what();
+      }
+      if (!ok && why.empty()) why = "no device form for " + (st.kind == StageKind::Anchor ? st.anchor_op : std::string(stage_kind_name(st.kind)));
+    }
+    if (ok) {
+      src << kp.source();
+      p.stage_kernel.push_back(int(p.kernels.size()));
+      p.host_reason.push_back("");
+      p.kernels.push_back(kp.k);
+      continue;
+    }
+    std::string blocked;
+    if (!host_runnable(m, st, blocked)) {
+      std::string ops;
+      for (NodeId id : st.nodes) ops += (ops.empty() ? "" : ", ") + m.graph.node(id).op_type + " " + m.graph.node(id).label();
+      fail(ErrorKind::Unsupported, "device kernels: stage " + st.name + " (" + ops + ") has no device form (" + why +
+                                       ") and cannot run on the host: " + blocked);
+    }
+    p.stage_kernel.push_back(-1);
+    p.host_reason.push_back(why);
+  }
+  p.source = src.str();
+  return p;
+}
+
+}  // namespace nnfuse::device

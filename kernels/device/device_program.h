@@ -1,0 +1,56 @@
+#pragma once
+// The device kernel form: kernel-IR stages (lowering/kernel_ir.h, lowered in NCHW) printed as
+// kernels over a 1-D range of work-groups, in one C dialect that OpenCL C and CUDA C both read
+// once a backend's prelude (DeviceApi::prelude) spells its macros:
+//   NF_KERNEL          a kernel entry point            (__kernel / extern "C" __global__)
+//   NF_FN              a helper function               (static inline / __device__ static inline)
+//   NF_GLOBAL          the address space of buffers    (__global / nothing)
+//   NF_LOCAL_ARRAY     a work-group array              (__local / __shared__)
+//   NF_GID, NF_LID, NF_GROUP, NF_LSIZE   global id, id in the group, group id, group size
+//   NF_SYNC()          a work-group barrier            (barrier(CLK_LOCAL_MEM_FENCE) / __syncthreads())
+//   NF_INF, NF_NAN     float constants; i8 u8 i16 u16 i32 u32 i64 u64 integer typedefs
+// Math is the overloaded float names both dialects have (exp, tanh, erf, fmax, ...).
+//
+// Every kernel takes its buffers as (NF_GLOBAL u8* p, i64 o) pairs, pointer and byte offset, so a
+// memory plan maps onto one device arena without sub-buffers, and last the run's status word (an
+// i32 a kernel sets to NNFUSE_STATUS_* on bad data, e.g. a Gather index out of range).
+//
+// Per stage kind:
+//   Elementwise                       one work-item per element of the rows x width view
+//   MatMul / Gemm, Conv (Kg >= 8)     tiled GEMM: a work-group per 16x16 output tile, operands
+//                                     staged through work-group memory (Conv as implicit GEMM)
+//   Conv (depthwise, small groups), pooling   one work-item per output element
+//   Softmax, LayerNorm, Reduce over the last axis   a work-group per row, tree reductions
+//   Softmax / Reduce over an inner axis             one work-item per (outer, inner) column
+// and the epilogue (the block's members after the anchor) runs on the anchor value in registers.
+// Stages with no device form (Fallback stages, LSTM, NonMaxSuppression, ConvTranspose) run on the
+// host between launches with the reference kernels; a stage that cannot (its members read values
+// only the fused block holds) makes the compile fail naming it.
+#include <string>
+#include <vector>
+
+#include "lowering/kernel_ir.h"
+
+namespace nnfuse::device {
+
+struct DeviceKernel {
+  std::string name;          // entry point, "nf_<stage>"
+  int stage = -1;
+  std::string form;          // "elementwise", "tiled_gemm", "implicit_gemm_conv", "direct_conv", ...
+  std::vector<int> buffers;  // the buffer arguments in order (the status word follows them)
+  int64_t groups = 0;        // work-groups (thread blocks)
+  int local = 0;             // work-items per group
+};
+
+struct DeviceProgram {
+  std::string source;                    // kernels without the prelude
+  std::vector<DeviceKernel> kernels;
+  std::vector<int> stage_kernel;         // per stage: its kernel, or -1: runs on the host
+  std::vector<std::string> host_reason;  // per stage: why it runs on the host ("" for kernels)
+};
+
+// Prints every stage of `m` (lowered with layout_block 0). Throws Unsupported naming the stage and
+// its ops when a stage has neither a device form nor a host path.
+DeviceProgram print_device_program(const KernelModule& m);
+
+}  // namespace nnfuse::device
