@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <set>
 
 #include "graph/error.h"
 #include "kernels/exec_ctx.h"
@@ -83,7 +84,9 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
                     {"lower_ms", lower_ms},
                     {"print_ms", print_ms},
                     {"build_ms", build_ms},
+                    {"cache_hit", !names.empty() && m->api_->build_cached()},
                     {"kernels", m->prog_.kernels.size()},
+                    {"entry_points", std::set<std::string>(names.begin(), names.end()).size()},
                     {"kernel_forms", forms},
                     {"host_stages", host},
                     {"arena_bytes", m->mod_.arena_bytes},
@@ -248,7 +251,11 @@ nlohmann::json DeviceModel::profile(const TensorMap& feeds) const {
 
 nlohmann::json DeviceModel::info() const {
   nlohmann::json j = build_info_;
-  j["memory"] = {{"arena_bytes", mod_.arena_bytes}, {"naive_bytes", mod_.naive_bytes}};
+  // The CPU targets' report fields where they mean the same (docs/reports.md); fallback blocks are
+  // those whose stages run on the host.
+  j["memory"] = mod_.summary();
+  j["build"] = {{"lower_ms", build_info_["lower_ms"]}, {"print_ms", build_info_["print_ms"]},
+                {"compile_ms", build_info_["build_ms"]}, {"cache_hit", build_info_["cache_hit"]}};
   nlohmann::json host = nlohmann::json::array();
   for (size_t i = 0; i < prog_.stage_kernel.size(); ++i)
     if (prog_.stage_kernel[i] < 0) host.push_back({{"stage", mod_.stages[i].name}, {"reason", prog_.host_reason[i]}});

@@ -15,7 +15,8 @@ namespace nnfuse::device {
 
 namespace {
 
-constexpr int kTile = 16;        // tiled GEMM: 16 x 16 outputs per work-group, one per work-item
+constexpr int kTile = 16;        // tiled GEMM: 16 x 16 work-items per group,
+constexpr int kRegisterBlock = 1;  // each computing kRegisterBlock^2 outputs
 constexpr int kGroup = 256;      // work-items per group for every other form
 constexpr int64_t kMinTiledRows = 8;  // Conv: output channels per group below this run direct
 
@@ -116,7 +117,7 @@ struct KernelPrinter {
       arg_of[b] = int(k.buffers.size());
       k.buffers.push_back(b);
     }
-    return "b" + std::to_string(b);
+    return "b" + std::to_string(arg_of[b]);  // by argument slot: repeated layers print the same text
   }
   std::string type_of(int b) const { return c_type(m.buffers[size_t(b)].dtype, where()); }
 
@@ -235,28 +236,52 @@ struct KernelPrinter {
   }
 
   // A tiled GEMM over `batches` independent products of M x KD by KD x NC: `decode` declares the
-  // batch's variables from bb, `a_elem(m, kk)` and `b_elem(kk, n)` are expressions (in bounds),
-  // `r`/`c` the epilogue's row and column of output (m, n).
+  // batch's variables from bb, `a_elem` (of m, kk) and `b_elem` (of kk, n) are expressions read in
+  // bounds, `r`/`c` the epilogue's row and column of output (m, n). A work-group of 16 x 16 items
+  // computes a T x T tile, each item R x R outputs strided by 16 (so that neighbouring items load
+  // and store neighbouring columns); A and B are staged k-major through work-group memory, 16 k
+  // at a time.
   void tiled(const std::string& form, int64_t batches, int64_t M, int64_t NC, int64_t KD, const std::string& decode,
              const std::string& a_elem, const std::string& b_elem, const std::string& r, const std::string& c, const std::string& scale,
              const std::string& y_off) {
-    const int64_t tm = (M + kTile - 1) / kTile, tn = (NC + kTile - 1) / kTile;
+    // R = 4 (64 x 64 tiles) was measured slower on an H200 at batch 1 (bench/RESULTS.md, GPU
+    // targets): BERT-base 5.3 -> 9.6 ms, ResNet-50 3.5 -> 7.2 ms, as its grids hold fewer groups
+    // than the GPU has SMs (24 for BERT's 128 x 768 products) and the 4 x 4 accumulators are not
+    // kept in registers without unrolling. Kept general for when a choice by shape is measured.
+    const int R = kRegisterBlock, T = kTile * R, KT = kTile;
+    const int64_t tm = (M + T - 1) / T, tn = (NC + T - 1) / T;
     k.form = form;
     k.local = kTile * kTile;
     k.groups = batches * tm * tn;
-    body << "  NF_LOCAL_ARRAY float As[" << kTile << "][" << kTile + 1 << "];\n";
-    body << "  NF_LOCAL_ARRAY float Bs[" << kTile << "][" << kTile + 1 << "];\n";
+    const std::string L = std::to_string(kTile * kTile);
+    body << "  NF_LOCAL_ARRAY float As[" << KT << "][" << T + 1 << "];\n";
+    body << "  NF_LOCAL_ARRAY float Bs[" << KT << "][" << T + 1 << "];\n";
     body << "  const i64 grp = NF_GROUP;\n  const i64 tn_ = grp % " << i64s(tn) << ", tq_ = grp / " << i64s(tn) << ";\n";
     body << "  const i64 tm_ = tq_ % " << i64s(tm) << ", bb = tq_ / " << i64s(tm) << ";\n";
     body << "  const int lid = NF_LID, ty = lid / " << kTile << ", tx = lid % " << kTile << ";\n";
-    body << "  const i64 m = tm_ * " << kTile << " + ty, n = tn_ * " << kTile << " + tx;\n";
     body << decode;
-    body << "  float acc = 0.0f;\n";
-    body << "  for (i64 k0 = 0; k0 < " << i64s(KD) << "; k0 += " << kTile << ") {\n";
-    body << "    { const i64 kk = k0 + tx; As[ty][tx] = (m < " << i64s(M) << " && kk < " << i64s(KD) << ") ? (" << a_elem << ") : 0.0f; }\n";
-    body << "    { const i64 kk = k0 + ty; Bs[ty][tx] = (kk < " << i64s(KD) << " && n < " << i64s(NC) << ") ? (" << b_elem << ") : 0.0f; }\n";
-    body << "    NF_SYNC();\n    for (int q = 0; q < " << kTile << "; ++q) acc += As[ty][q] * Bs[q][tx];\n    NF_SYNC();\n  }\n";
-    body << "  if (m < " << i64s(M) << " && n < " << i64s(NC) << ")\n" << epilogue(scale + "acc", r, c, y_off);
+    body << "  float acc[" << R << "][" << R << "];\n";
+    body << "  for (int i = 0; i < " << R << "; ++i)\n    for (int j = 0; j < " << R << "; ++j) acc[i][j] = 0.0f;\n";
+    body << "  for (i64 k0 = 0; k0 < " << i64s(KD) << "; k0 += " << KT << ") {\n";
+    body << "    for (int l = lid; l < " << T * KT << "; l += " << L << ") {\n";
+    body << "      const int mi = l / " << KT << ", ki = l % " << KT << ";\n";
+    body << "      const i64 m = tm_ * " << T << " + mi, kk = k0 + ki;\n";
+    body << "      As[ki][mi] = (m < " << i64s(M) << " && kk < " << i64s(KD) << ") ? (" << a_elem << ") : 0.0f;\n    }\n";
+    body << "    for (int l = lid; l < " << T * KT << "; l += " << L << ") {\n";
+    body << "      const int ki = l / " << T << ", ni = l % " << T << ";\n";
+    body << "      const i64 n = tn_ * " << T << " + ni, kk = k0 + ki;\n";
+    body << "      Bs[ki][ni] = (kk < " << i64s(KD) << " && n < " << i64s(NC) << ") ? (" << b_elem << ") : 0.0f;\n    }\n";
+    body << "    NF_SYNC();\n";
+    body << "    #pragma unroll\n    for (int q = 0; q < " << KT << "; ++q) {\n";
+    body << "      float a_[" << R << "], b_[" << R << "];\n";
+    body << "      for (int i = 0; i < " << R << "; ++i) a_[i] = As[q][ty + " << kTile << " * i];\n";
+    body << "      for (int j = 0; j < " << R << "; ++j) b_[j] = Bs[q][tx + " << kTile << " * j];\n";
+    body << "      for (int i = 0; i < " << R << "; ++i)\n        for (int j = 0; j < " << R << "; ++j) acc[i][j] += a_[i] * b_[j];\n";
+    body << "    }\n    NF_SYNC();\n  }\n";
+    body << "  for (int i = 0; i < " << R << "; ++i)\n    for (int j = 0; j < " << R << "; ++j) {\n";
+    body << "      const i64 m = tm_ * " << T << " + ty + " << kTile << " * i, n = tn_ * " << T << " + tx + " << kTile << " * j;\n";
+    body << "      if (m < " << i64s(M) << " && n < " << i64s(NC) << ")\n" << epilogue(scale + "acc[i][j]", r, c, y_off);
+    body << "    }\n";
   }
 
   void gemm() {
@@ -303,7 +328,7 @@ struct KernelPrinter {
       dec << "  const i64 nb = bb / " << i64s(G) << ", g = bb % " << i64s(G) << ";\n";
       // B(kk, n): im2col on the fly. Written as a statement expression would not be portable, so
       // the tap decomposition is a helper.
-      const std::string helper = "x_im2col_" + st.name;
+      const std::string helper = k.name + "_im2col";
       std::ostringstream h;
       h << "NF_FN float " << helper << "(NF_GLOBAL const float* " << x << ", i64 nb, i64 g, i64 kk, i64 n) {\n";
       h << "  const i64 ci = kk / " << i64s(KH * KW) << ", kr = kk % " << i64s(KH * KW) << ", kh = kr / " << i64s(KW) << ", kw = kr % "
@@ -472,7 +497,7 @@ struct KernelPrinter {
     for (size_t i = 0; i < k.buffers.size(); ++i) {
       const int b = k.buffers[i];
       const std::string t = type_of(b);
-      o << "  NF_GLOBAL " << t << "* b" << b << " = (NF_GLOBAL " << t << "*)(p" << i << " + q" << i << ");\n";
+      o << "  NF_GLOBAL " << t << "* b" << i << " = (NF_GLOBAL " << t << "*)(p" << i << " + q" << i << ");\n";
     }
     o << "  NF_GLOBAL i32* status = (NF_GLOBAL i32*)(p_status + q_status);\n";
     // Work-group arrays first: OpenCL wants them at the kernel's outermost scope.
@@ -526,6 +551,7 @@ DeviceProgram print_device_program(const KernelModule& m) {
   DeviceProgram p;
   std::ostringstream src;
   src << kOps << "\n";
+  std::map<std::string, std::string> seen;  // kernel text with its name taken out -> entry point
   for (size_t i = 0; i < m.stages.size(); ++i) {
     const Stage& st = m.stages[i];
     KernelPrinter kp(m, st);
@@ -542,7 +568,14 @@ DeviceProgram print_device_program(const KernelModule& m) {
       if (!ok && why.empty()) why = "no device form for " + (st.kind == StageKind::Anchor ? st.anchor_op : std::string(stage_kind_name(st.kind)));
     }
     if (ok) {
-      src << kp.source();
+      // Stages whose kernels differ only in their name (a transformer's layers, a CNN's repeated
+      // blocks: buffers are named by argument slot) share the first one's entry point.
+      std::string text = kp.source();
+      std::string key = text;
+      for (size_t at = key.find(kp.k.name); at != std::string::npos; at = key.find(kp.k.name, at)) key.replace(at, kp.k.name.size(), "@K@");
+      auto [it, fresh] = seen.emplace(key, kp.k.name);
+      if (fresh) src << text;
+      else kp.k.name = it->second;
       p.stage_kernel.push_back(int(p.kernels.size()));
       p.host_reason.push_back("");
       p.kernels.push_back(kp.k);
