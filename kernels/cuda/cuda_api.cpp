@@ -1,4 +1,5 @@
 #include "kernels/cuda/cuda_api.h"
+#include "kernels/device/program_cache.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -376,8 +377,20 @@ class CudaApi final : public DeviceApi {
 
   void build(const std::string& source, const std::vector<std::string>& kernels) override {
     bind();
-    NvrtcOutput out = nvrtc_compile(*nv_, source, "sm_" + std::to_string(sm_));
     CUmodule m = nullptr;
+    // A cubin compiled before for this source, architecture and NVRTC (kernels/device/program_cache.h).
+    const std::string arch = "sm_" + std::to_string(sm_);
+    const std::string cached = "cuda-" + program_key({source, arch, nv_->path, std::to_string(nv_->major) + "." + std::to_string(nv_->minor)}) + ".cubin";
+    std::string image;
+    if (load_cached_program(cached, image) && d_.ModuleLoadData(&m, image.data()) == 0) {
+      bind_functions(m, kernels);
+      log_.clear();
+      cache_hit_ = true;
+      return;
+    }
+    m = nullptr;
+    cache_hit_ = false;
+    NvrtcOutput out = nvrtc_compile(*nv_, source, arch);
     if (CUresult r = d_.ModuleLoadData(&m, out.image.data())) {
       // A cubin this driver does not take: let the driver compile the PTX instead.
       NvrtcOutput ptx = nvrtc_compile(*nv_, source, "compute_" + std::to_string(sm_));
@@ -385,6 +398,14 @@ class CudaApi final : public DeviceApi {
         fail(ErrorKind::Runtime, "CUDA: cuModuleLoadData failed for the cubin (" + d_.error(r) + ") and the PTX (" +
                                      d_.error(r2) + ")");
     }
+    else store_cached_program(cached, out.image);
+    bind_functions(m, kernels);
+    log_ = out.log;
+  }
+  bool build_cached() const override { return cache_hit_; }
+
+  // Resolves the entry points of a loaded module, which becomes the current program.
+  void bind_functions(CUmodule m, const std::vector<std::string>& kernels) {
     std::vector<CUfunction> fns(kernels.size());
     for (size_t i = 0; i < kernels.size(); ++i)
       if (CUresult r = d_.ModuleGetFunction(&fns[i], m, kernels[i].c_str())) {
@@ -394,7 +415,6 @@ class CudaApi final : public DeviceApi {
     if (mod_) d_.ModuleUnload(mod_);
     mod_ = m;
     fns_ = std::move(fns);
-    log_ = out.log;
   }
 
   DeviceMemory alloc(int64_t bytes) override {
@@ -474,6 +494,7 @@ class CudaApi final : public DeviceApi {
   const Nvrtc* nv_ = nullptr;
   nlohmann::json info_;
   std::string log_;
+  bool cache_hit_ = false;
 };
 
 }  // namespace

@@ -35,10 +35,12 @@ class DeviceApi {
   // form uses (device_program.h lists them).
   virtual std::string prelude() const = 0;
   // Compiles the program (prelude included by the caller) and resolves the named kernels, in
-  // order; kernel i is launched as launch(i, ...). Throws Compile with the compiler's log.
+  // order; kernel i is launched as launch(i, ...). Throws Runtime with the compiler's log.
   virtual void build(const std::string& source, const std::vector<std::string>& kernels) = 0;
   // The compiler's log of the last build (registers, spills, warnings); may be empty.
   virtual std::string build_log() const = 0;
+  // Whether the last build loaded a program compiled before (kernels/device/program_cache.h).
+  virtual bool build_cached() const { return false; }
   virtual DeviceMemory alloc(int64_t bytes) = 0;
   virtual void release(DeviceMemory m) = 0;
   virtual void upload(DeviceMemory dst, int64_t offset, const void* src, int64_t bytes) = 0;
