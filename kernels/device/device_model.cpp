@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -52,7 +53,14 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
   m->mod_ = lower_module(g, m->plan_, lo);
   const double lower_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
-  m->prog_ = print_device_program(m->mod_);
+  DeviceProgramOptions po;
+  if (const char* e = std::getenv("NNFUSE_DEVICE_SPLIT_K"); e && *e) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (!end || *end || v < 0) fail(ErrorKind::Invalid, "NNFUSE_DEVICE_SPLIT_K='" + std::string(e) + "': expected a number of work-groups (0: off)");
+    po.split_k_groups = v;
+  }
+  m->prog_ = print_device_program(m->mod_, po);
   const double print_ms = ms_since(t0);
   std::vector<std::string> names;
   for (auto& k : m->prog_.kernels) names.push_back(k.name);
@@ -63,6 +71,9 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
   DeviceApi& A = *m->api_;
   m->arena_ = A.alloc(std::max<int64_t>(m->mod_.arena_bytes, 64));
   m->status_ = A.alloc(64);
+  int64_t scratch = 0;
+  for (auto& k : m->prog_.kernels) scratch = std::max(scratch, k.scratch_bytes);
+  if (scratch) m->scratch_ = A.alloc(scratch);
   m->own_.assign(m->mod_.buffers.size(), DeviceMemory{});
   int64_t weight_bytes = 0;
   for (auto& B : m->mod_.buffers) {
@@ -75,7 +86,7 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
     }
   }
   int host = 0;
-  for (int k : m->prog_.stage_kernel) host += k < 0;
+  for (auto& ks : m->prog_.stage_kernels) host += ks.empty();
   nlohmann::json forms = nlohmann::json::object();
   for (auto& k : m->prog_.kernels) forms[k.form] = forms.value(k.form, 0) + 1;
   m->build_info_ = {{"target", target},
@@ -88,6 +99,7 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
                     {"kernels", m->prog_.kernels.size()},
                     {"entry_points", std::set<std::string>(names.begin(), names.end()).size()},
                     {"kernel_forms", forms},
+                    {"split_k_groups", po.split_k_groups},
                     {"host_stages", host},
                     {"arena_bytes", m->mod_.arena_bytes},
                     {"weight_bytes", weight_bytes},
@@ -102,6 +114,7 @@ DeviceModel::~DeviceModel() {
       if (d.bytes) api_->release(d);
     api_->release(arena_);
     api_->release(status_);
+    api_->release(scratch_);
   } catch (...) {
     // a failing driver at exit: nothing left to free it with
   }
@@ -193,15 +206,22 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
   size_t last_kernel = 0;
   for (size_t i = 0; i < mod_.stages.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    const int k = prog_.stage_kernel[i];
-    if (k >= 0) {
-      const DeviceKernel& K = prog_.kernels[size_t(k)];
-      std::vector<KernelArg> args;
-      for (int b : K.buffers) args.push_back(arg(b));
-      KernelArg st;
-      st.mem = status_;
-      args.push_back(st);
-      if (K.groups > 0) A.launch(k, args, K.groups, K.local);
+    const auto& ks = prog_.stage_kernels[i];
+    if (!ks.empty()) {
+      for (int k : ks) {
+        const DeviceKernel& K = prog_.kernels[size_t(k)];
+        std::vector<KernelArg> args;
+        for (int b : K.buffers) args.push_back(arg(b));
+        if (K.scratch_bytes) {
+          KernelArg sc;
+          sc.mem = scratch_;
+          args.push_back(sc);
+        }
+        KernelArg st;
+        st.mem = status_;
+        args.push_back(st);
+        if (K.groups > 0) A.launch(k, args, K.groups, K.local);
+      }
       last_kernel = i;
     } else {
       A.finish();
@@ -238,11 +258,12 @@ nlohmann::json DeviceModel::profile(const TensorMap& feeds) const {
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < mod_.stages.size(); ++i) {
     const Stage& st = mod_.stages[i];
-    const int k = prog_.stage_kernel[i];
+    const auto& ks = prog_.stage_kernels[i];
     rows.push_back({{"kernel", st.name},
                     {"ops", stage_ops(mod_.graph, st)},
-                    {"where", k >= 0 ? "device" : "host"},
-                    {"form", k >= 0 ? prog_.kernels[size_t(k)].form : prog_.host_reason[i]},
+                    {"where", ks.empty() ? "host" : "device"},
+                    {"form", ks.empty() ? prog_.host_reason[i] : prog_.kernels[size_t(ks[0])].form},
+                    {"launches", ks.size()},
                     {"ms", ms[i]},
                     {"gflops", ms[i] > 0 ? st.flops / (ms[i] * 1e6) : 0.0}});
   }
@@ -257,8 +278,8 @@ nlohmann::json DeviceModel::info() const {
   j["build"] = {{"lower_ms", build_info_["lower_ms"]}, {"print_ms", build_info_["print_ms"]},
                 {"compile_ms", build_info_["build_ms"]}, {"cache_hit", build_info_["cache_hit"]}};
   nlohmann::json host = nlohmann::json::array();
-  for (size_t i = 0; i < prog_.stage_kernel.size(); ++i)
-    if (prog_.stage_kernel[i] < 0) host.push_back({{"stage", mod_.stages[i].name}, {"reason", prog_.host_reason[i]}});
+  for (size_t i = 0; i < prog_.stage_kernels.size(); ++i)
+    if (prog_.stage_kernels[i].empty()) host.push_back({{"stage", mod_.stages[i].name}, {"reason", prog_.host_reason[i]}});
   j["host_stage_list"] = host;
   return j;
 }

@@ -48,7 +48,7 @@ class DeviceModel {
   FusionPlan plan_;
   DeviceProgram prog_;
   std::unique_ptr<DeviceApi> api_;
-  DeviceMemory arena_, status_;
+  DeviceMemory arena_, status_, scratch_;  // scratch: split-K partial sums (device_program.h)
   std::vector<DeviceMemory> own_;  // per buffer: its own allocation (weights, inputs, outputs), or none
   nlohmann::json build_info_;
   mutable std::mutex run_mu_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -17,6 +18,7 @@ namespace {
 
 constexpr int kTile = 16;        // tiled GEMM: 16 x 16 work-items per group,
 constexpr int kRegisterBlock = 1;  // each computing kRegisterBlock^2 outputs
+constexpr int64_t kSplitMinK = 128;  // split-K: the least K per split
 constexpr int kGroup = 256;      // work-items per group for every other form
 constexpr int64_t kMinTiledRows = 8;  // Conv: output channels per group below this run direct
 
@@ -108,7 +110,8 @@ struct KernelPrinter {
   std::map<int, int> arg_of;  // buffer -> argument slot
   int tmp = 0;
 
-  KernelPrinter(const KernelModule& mod, const Stage& s) : m(mod), st(s) { k.name = "nf_" + s.name; }
+  const DeviceProgramOptions& opt;
+  KernelPrinter(const KernelModule& mod, const Stage& s, const DeviceProgramOptions& o) : m(mod), st(s), opt(o) { k.name = "nf_" + s.name; }
 
   std::string where() const { return "stage " + st.name; }
   std::string buf(int b) {
@@ -250,27 +253,40 @@ struct KernelPrinter {
     // kept in registers without unrolling. Kept general for when a choice by shape is measured.
     const int R = kRegisterBlock, T = kTile * R, KT = kTile;
     const int64_t tm = (M + T - 1) / T, tn = (NC + T - 1) / T;
+    // Split-K: a grid of fewer groups than opt.split_k_groups, over a long K, splits K into S
+    // ranges of at least kSplitMinK; each group writes its partial tile to scratch and a second
+    // kernel sums the S partials and runs the epilogue.
+    int64_t S = 1;
+    if (opt.split_k_groups > 0 && batches * tm * tn < opt.split_k_groups) {
+      S = std::min<int64_t>((opt.split_k_groups + batches * tm * tn - 1) / (batches * tm * tn), KD / kSplitMinK);
+      S = std::max<int64_t>(S, 1);
+    }
+    const int64_t KS = (KD + S - 1) / S;  // K per split, rounded up to whole k tiles below
+    const int64_t KSt = (KS + KT - 1) / KT * KT;
     k.form = form;
     k.local = kTile * kTile;
-    k.groups = batches * tm * tn;
+    k.groups = batches * tm * tn * S;
     const std::string L = std::to_string(kTile * kTile);
     body << "  NF_LOCAL_ARRAY float As[" << KT << "][" << T + 1 << "];\n";
     body << "  NF_LOCAL_ARRAY float Bs[" << KT << "][" << T + 1 << "];\n";
-    body << "  const i64 grp = NF_GROUP;\n  const i64 tn_ = grp % " << i64s(tn) << ", tq_ = grp / " << i64s(tn) << ";\n";
+    body << "  const i64 grp = NF_GROUP / " << i64s(S) << ", split = NF_GROUP % " << i64s(S) << ";\n";
+    body << "  const i64 tn_ = grp % " << i64s(tn) << ", tq_ = grp / " << i64s(tn) << ";\n";
     body << "  const i64 tm_ = tq_ % " << i64s(tm) << ", bb = tq_ / " << i64s(tm) << ";\n";
     body << "  const int lid = NF_LID, ty = lid / " << kTile << ", tx = lid % " << kTile << ";\n";
     body << decode;
     body << "  float acc[" << R << "][" << R << "];\n";
     body << "  for (int i = 0; i < " << R << "; ++i)\n    for (int j = 0; j < " << R << "; ++j) acc[i][j] = 0.0f;\n";
-    body << "  for (i64 k0 = 0; k0 < " << i64s(KD) << "; k0 += " << KT << ") {\n";
+    body << "  const i64 k_end = split * " << i64s(KSt) << " + " << i64s(KSt) << " < " << i64s(KD) << " ? split * " << i64s(KSt) << " + "
+         << i64s(KSt) << " : " << i64s(KD) << ";\n";
+    body << "  for (i64 k0 = split * " << i64s(KSt) << "; k0 < k_end; k0 += " << KT << ") {\n";
     body << "    for (int l = lid; l < " << T * KT << "; l += " << L << ") {\n";
     body << "      const int mi = l / " << KT << ", ki = l % " << KT << ";\n";
     body << "      const i64 m = tm_ * " << T << " + mi, kk = k0 + ki;\n";
-    body << "      As[ki][mi] = (m < " << i64s(M) << " && kk < " << i64s(KD) << ") ? (" << a_elem << ") : 0.0f;\n    }\n";
+    body << "      As[ki][mi] = (m < " << i64s(M) << " && kk < k_end) ? (" << a_elem << ") : 0.0f;\n    }\n";
     body << "    for (int l = lid; l < " << T * KT << "; l += " << L << ") {\n";
     body << "      const int ki = l / " << T << ", ni = l % " << T << ";\n";
     body << "      const i64 n = tn_ * " << T << " + ni, kk = k0 + ki;\n";
-    body << "      Bs[ki][ni] = (kk < " << i64s(KD) << " && n < " << i64s(NC) << ") ? (" << b_elem << ") : 0.0f;\n    }\n";
+    body << "      Bs[ki][ni] = (kk < k_end && n < " << i64s(NC) << ") ? (" << b_elem << ") : 0.0f;\n    }\n";
     body << "    NF_SYNC();\n";
     body << "    #pragma unroll\n    for (int q = 0; q < " << KT << "; ++q) {\n";
     body << "      float a_[" << R << "], b_[" << R << "];\n";
@@ -280,9 +296,30 @@ struct KernelPrinter {
     body << "    }\n    NF_SYNC();\n  }\n";
     body << "  for (int i = 0; i < " << R << "; ++i)\n    for (int j = 0; j < " << R << "; ++j) {\n";
     body << "      const i64 m = tm_ * " << T << " + ty + " << kTile << " * i, n = tn_ * " << T << " + tx + " << kTile << " * j;\n";
-    body << "      if (m < " << i64s(M) << " && n < " << i64s(NC) << ")\n" << epilogue(scale + "acc[i][j]", r, c, y_off);
-    body << "    }\n";
+    if (S == 1) {
+      body << "      if (m < " << i64s(M) << " && n < " << i64s(NC) << ")\n" << epilogue(scale + "acc[i][j]", r, c, y_off);
+      body << "    }\n";
+      return;
+    }
+    const int64_t outputs = batches * M * NC;
+    body << "      if (m < " << i64s(M) << " && n < " << i64s(NC) << ") scratch[(split * " << i64s(batches) << " + bb) * " << i64s(M * NC)
+         << " + m * " << i64s(NC) << " + n] = acc[i][j];\n    }\n";
+    k.scratch_bytes = S * outputs * int64_t(sizeof(float));
+    sum = k;
+    sum->name = k.name + "_sum";
+    sum->form = form + "_split_sum";
+    sum->local = kGroup;
+    sum->groups = (outputs + kGroup - 1) / kGroup;
+    body_sum << "  const i64 gid = NF_GID;\n  if (gid >= " << i64s(outputs) << ") return;\n";
+    body_sum << "  const i64 n = gid % " << i64s(NC) << ", m = (gid / " << i64s(NC) << ") % " << i64s(M) << ", bb = gid / " << i64s(M * NC)
+             << ";\n";
+    body_sum << decode;
+    body_sum << "  float acc = 0.0f;\n  for (i64 sp = 0; sp < " << i64s(S) << "; ++sp) acc += scratch[sp * " << i64s(outputs) << " + gid];\n";
+    body_sum << epilogue(scale + "acc", r, c, y_off);
   }
+  // The split-K sum kernel (same arguments as the main kernel), when tiled() split K.
+  std::optional<DeviceKernel> sum;
+  std::ostringstream body_sum;
 
   void gemm() {
     const int64_t M = ip("M"), N = ip("N"), K = ip("K"), batch = ip("batch"), tA = ip("transA"), tB = ip("transB");
@@ -488,24 +525,32 @@ struct KernelPrinter {
 
   std::string helpers;
 
+  // The kernel (and its split-K sum kernel): every buffer argument, the scratch when K is split,
+  // then the status word.
   std::string source() {
+    if (sum) sum->buffers = k.buffers;  // the epilogue's buffers were added after the copy
     std::ostringstream o;
     o << helpers;
-    o << "NF_KERNEL void " << k.name << "(";
-    for (size_t i = 0; i < k.buffers.size(); ++i) o << "NF_GLOBAL u8* p" << i << ", i64 q" << i << ", ";
-    o << "NF_GLOBAL u8* p_status, i64 q_status) {\n";
-    for (size_t i = 0; i < k.buffers.size(); ++i) {
-      const int b = k.buffers[i];
-      const std::string t = type_of(b);
-      o << "  NF_GLOBAL " << t << "* b" << i << " = (NF_GLOBAL " << t << "*)(p" << i << " + q" << i << ");\n";
-    }
-    o << "  NF_GLOBAL i32* status = (NF_GLOBAL i32*)(p_status + q_status);\n";
-    // Work-group arrays first: OpenCL wants them at the kernel's outermost scope.
-    std::string b = body.str();
-    std::string locals, rest;
-    std::istringstream lines(b);
-    for (std::string line; std::getline(lines, line);) (line.find("NF_LOCAL_ARRAY") != std::string::npos ? locals : rest) += line + "\n";
-    o << locals << "  (void)status;\n" << rest << "}\n\n";
+    auto kernel = [&](const std::string& name, const std::string& text) {
+      o << "NF_KERNEL void " << name << "(";
+      for (size_t i = 0; i < k.buffers.size(); ++i) o << "NF_GLOBAL u8* p" << i << ", i64 q" << i << ", ";
+      if (k.scratch_bytes) o << "NF_GLOBAL u8* p_scratch, i64 q_scratch, ";
+      o << "NF_GLOBAL u8* p_status, i64 q_status) {\n";
+      for (size_t i = 0; i < k.buffers.size(); ++i) {
+        const int b = k.buffers[i];
+        const std::string t = type_of(b);
+        o << "  NF_GLOBAL " << t << "* b" << i << " = (NF_GLOBAL " << t << "*)(p" << i << " + q" << i << ");\n";
+      }
+      if (k.scratch_bytes) o << "  NF_GLOBAL float* scratch = (NF_GLOBAL float*)(p_scratch + q_scratch);\n";
+      o << "  NF_GLOBAL i32* status = (NF_GLOBAL i32*)(p_status + q_status);\n";
+      // Work-group arrays first: OpenCL wants them at the kernel's outermost scope.
+      std::string locals, rest;
+      std::istringstream lines(text);
+      for (std::string line; std::getline(lines, line);) (line.find("NF_LOCAL_ARRAY") != std::string::npos ? locals : rest) += line + "\n";
+      o << locals << "  (void)status;\n" << rest << "}\n\n";
+    };
+    kernel(k.name, body.str());
+    if (sum) kernel(sum->name, body_sum.str());
     return o.str();
   }
 };
@@ -546,7 +591,7 @@ bool host_runnable(const KernelModule& m, const Stage& st, std::string& why) {
 
 }  // namespace
 
-DeviceProgram print_device_program(const KernelModule& m) {
+DeviceProgram print_device_program(const KernelModule& m, const DeviceProgramOptions& opt) {
   if (m.layout_block > 0) fail(ErrorKind::Invalid, "device kernels: the module was lowered with blocked layouts; lower with layout_block 0");
   DeviceProgram p;
   std::ostringstream src;
@@ -554,7 +599,7 @@ DeviceProgram print_device_program(const KernelModule& m) {
   std::map<std::string, std::string> seen;  // kernel text with its name taken out -> entry point
   for (size_t i = 0; i < m.stages.size(); ++i) {
     const Stage& st = m.stages[i];
-    KernelPrinter kp(m, st);
+    KernelPrinter kp(m, st, opt);
     kp.k.stage = int(i);
     bool ok = false;
     std::string why;
@@ -576,9 +621,14 @@ DeviceProgram print_device_program(const KernelModule& m) {
       auto [it, fresh] = seen.emplace(key, kp.k.name);
       if (fresh) src << text;
       else kp.k.name = it->second;
-      p.stage_kernel.push_back(int(p.kernels.size()));
-      p.host_reason.push_back("");
+      p.stage_kernels.push_back({int(p.kernels.size())});
       p.kernels.push_back(kp.k);
+      if (kp.sum) {
+        kp.sum->name = kp.k.name + "_sum";
+        p.stage_kernels.back().push_back(int(p.kernels.size()));
+        p.kernels.push_back(*kp.sum);
+      }
+      p.host_reason.push_back("");
       continue;
     }
     std::string blocked;
@@ -588,7 +638,7 @@ DeviceProgram print_device_program(const KernelModule& m) {
       fail(ErrorKind::Unsupported, "device kernels: stage " + st.name + " (" + ops + ") has no device form (" + why +
                                        ") and cannot run on the host: " + blocked);
     }
-    p.stage_kernel.push_back(-1);
+    p.stage_kernels.push_back({});
     p.host_reason.push_back(why);
   }
   p.source = src.str();

@@ -18,7 +18,8 @@
 // Per stage kind:
 //   Elementwise                       one work-item per element of the rows x width view
 //   MatMul / Gemm, Conv (Kg >= 8)     tiled GEMM: a work-group per 16x16 output tile, operands
-//                                     staged through work-group memory (Conv as implicit GEMM)
+//                                     staged through work-group memory (Conv as implicit GEMM);
+//                                     too few tiles for the device: K split, then a sum kernel
 //   Conv (depthwise, small groups), pooling   one work-item per output element
 //   Softmax, LayerNorm, Reduce over the last axis   a work-group per row, tree reductions
 //   Softmax / Reduce over an inner axis             one work-item per (outer, inner) column
@@ -39,18 +40,28 @@ struct DeviceKernel {
   std::string form;          // "elementwise", "tiled_gemm", "implicit_gemm_conv", "direct_conv", ...
   std::vector<int> buffers;  // the buffer arguments in order (the status word follows them)
   int64_t groups = 0;        // work-groups (thread blocks)
+  int64_t scratch_bytes = 0; // > 0: a scratch argument of this size follows the buffers (split-K
+                             // partial sums; shared by every kernel, which run one at a time)
   int local = 0;             // work-items per group
 };
 
 struct DeviceProgram {
   std::string source;                    // kernels without the prelude
   std::vector<DeviceKernel> kernels;
-  std::vector<int> stage_kernel;         // per stage: its kernel, or -1: runs on the host
+  std::vector<std::vector<int>> stage_kernels;  // per stage: its kernels in launch order, or none:
+                                               // it runs on the host
   std::vector<std::string> host_reason;  // per stage: why it runs on the host ("" for kernels)
+};
+
+struct DeviceProgramOptions {
+  // Split-K: a tiled GEMM or conv whose grid has fewer work-groups than this splits its K so that
+  // the device has this many in flight (0: never). 512 fills a 132-SM GPU about four groups deep;
+  // $NNFUSE_DEVICE_SPLIT_K overrides it in DeviceModel.
+  int64_t split_k_groups = 512;
 };
 
 // Prints every stage of `m` (lowered with layout_block 0). Throws Unsupported naming the stage and
 // its ops when a stage has neither a device form nor a host path.
-DeviceProgram print_device_program(const KernelModule& m);
+DeviceProgram print_device_program(const KernelModule& m, const DeviceProgramOptions& opt = {});
 
 }  // namespace nnfuse::device

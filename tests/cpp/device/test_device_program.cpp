@@ -121,14 +121,30 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   gb.output(ln);
   gb.output(gb.op("Sigmoid", {big}));
   gb.output(gb.op("Relu", {bigconv}));
+  // Few tiles over a long K: split-K (partial tiles to scratch, then a sum kernel with the
+  // epilogue), for a MatMul (K 1000: 8 splits, the last short) and a conv (K 64 * 9 = 576).
+  auto longk = gb.op("MatMul", {gb.input("s", DType::Float32, {1, 20, 1000}), gb.weight("sw", {1000, 24}, 0.05f)});
+  gb.output(gb.op("Add", {longk, gb.weight("sb", {24}, 0.1f)}));
+  auto longconv = gb.op("Conv", {gb.input("t", DType::Float32, {1, 64, 6, 6}), gb.weight("tw", {16, 64, 3, 3}, 0.05f), gb.weight("tb", {16}, 0.1f)},
+                        GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  gb.output(gb.op("Relu", {longconv}));
   Model m = gb.finish();
   FusionPlan plan = plan_for(m.graph, "mali-opencl");
   auto dm = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
   const auto forms = dm->info()["kernel_forms"];
   INFO(dm->info().dump());
-  for (const char* f : {"tiled_gemm", "implicit_gemm_conv", "direct_conv", "pool", "row_reduction", "column_reduction"}) CHECK(forms.contains(f));
+  for (const char* f : {"tiled_gemm", "implicit_gemm_conv", "direct_conv", "pool", "row_reduction", "column_reduction",
+                        "tiled_gemm_split_sum", "implicit_gemm_conv_split_sum"})
+    CHECK(forms.contains(f));
   TensorMap feeds = random_feeds(m.graph, 3);
-  check_close(dm->run(feeds), run_reference(m.graph, feeds), "forms");
+  const TensorMap want = run_reference(m.graph, feeds);
+  check_close(dm->run(feeds), want, "forms");
+  // The same program without split-K.
+  ::setenv("NNFUSE_DEVICE_SPLIT_K", "0", 1);
+  auto whole = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
+  ::unsetenv("NNFUSE_DEVICE_SPLIT_K");
+  CHECK_FALSE(whole->info()["kernel_forms"].contains("tiled_gemm_split_sum"));
+  check_close(whole->run(feeds), want, "forms without split-K");
 }
 
 TEST_CASE("device: a Gather index out of range is an error naming the stage", "[device][opencl]") {
