@@ -52,7 +52,22 @@ def _host_available() -> bool:
         return False
 
 
+def _opencl_available() -> bool:
+    """An OpenCL platform with a device (PoCL in CI) for the mali-opencl target."""
+    import ctypes
+
+    try:
+        cl = ctypes.CDLL("libOpenCL.so.1")
+    except OSError:
+        return False
+    n = ctypes.c_uint(0)
+    return cl.clGetPlatformIDs(0, None, ctypes.byref(n)) == 0 and n.value > 0
+
+
 CASES = [(name, "reference") for name in TINY_MODELS]
+# The GPU path through OpenCL (PoCL runs it on the CPU here): a CNN and a transformer.
+if _opencl_available() or os.environ.get("CI"):
+    CASES += [(name, "mali-opencl") for name in ("resnet_tiny", "bert_tiny")]
 HOST = _host_available()
 needs_host = pytest.mark.skipif(not HOST, reason="this build has no CPU code generator")
 if HOST:
