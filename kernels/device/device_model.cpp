@@ -281,6 +281,10 @@ nlohmann::json DeviceModel::info() const {
   for (size_t i = 0; i < prog_.stage_kernels.size(); ++i)
     if (prog_.stage_kernels[i].empty()) host.push_back({{"stage", mod_.stages[i].name}, {"reason", prog_.host_reason[i]}});
   j["host_stage_list"] = host;
+  // As the CPU targets report it: stages that ran as generated (device) code.
+  int64_t gen = 0;
+  for (auto& ks : prog_.stage_kernels) gen += !ks.empty();
+  j["generated_stages"] = gen;
   return j;
 }
 

@@ -4,10 +4,13 @@
 #include <CL/cl.h>
 #include <dlfcn.h>
 
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
 #include "graph/error.h"
+#include "kernels/device/program_cache.h"
 
 namespace nnfuse::device {
 
@@ -24,6 +27,8 @@ struct ClFns {
   NF_CL_FN(clCreateContext)
   NF_CL_FN(clCreateCommandQueue)
   NF_CL_FN(clCreateProgramWithSource)
+  NF_CL_FN(clCreateProgramWithBinary)
+  NF_CL_FN(clGetProgramInfo)
   NF_CL_FN(clBuildProgram)
   NF_CL_FN(clGetProgramBuildInfo)
   NF_CL_FN(clCreateKernel)
@@ -58,6 +63,8 @@ const ClFns& cl() {
     NF_CL_LOAD(clCreateContext)
     NF_CL_LOAD(clCreateCommandQueue)
     NF_CL_LOAD(clCreateProgramWithSource)
+    NF_CL_LOAD(clCreateProgramWithBinary)
+    NF_CL_LOAD(clGetProgramInfo)
     NF_CL_LOAD(clBuildProgram)
     NF_CL_LOAD(clGetProgramBuildInfo)
     NF_CL_LOAD(clCreateKernel)
@@ -111,16 +118,39 @@ class OpenClApi : public DeviceApi {
       fail(ErrorKind::Unsupported, "mali-opencl: no OpenCL platform (install a driver; pocl-opencl-icd runs OpenCL on the CPU)");
     std::vector<cl_platform_id> ps(np);
     f.clGetPlatformIDs(np, ps.data(), nullptr);
-    // A GPU first, on any platform; else the first device of any type.
-    for (cl_device_type type : {cl_device_type(CL_DEVICE_TYPE_GPU), cl_device_type(CL_DEVICE_TYPE_ALL)}) {
-      for (auto p : ps) {
-        cl_uint nd = 0;
-        if (f.clGetDeviceIDs(p, type, 1, &dev_, &nd) == CL_SUCCESS && nd > 0) break;
-        dev_ = nullptr;
-      }
-      if (dev_) break;
+    // Every device of every platform, in order.
+    std::vector<cl_device_id> all;
+    for (auto p : ps) {
+      cl_uint nd = 0;
+      if (f.clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &nd) != CL_SUCCESS || nd == 0) continue;
+      std::vector<cl_device_id> ds(nd);
+      f.clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd, ds.data(), nullptr);
+      all.insert(all.end(), ds.begin(), ds.end());
     }
-    if (!dev_) fail(ErrorKind::Unsupported, "mali-opencl: the OpenCL platforms list no device");
+    if (all.empty()) fail(ErrorKind::Unsupported, "mali-opencl: the OpenCL platforms list no device");
+    if (const char* e = std::getenv("NNFUSE_OPENCL_DEVICE"); e && *e) {
+      // An index into that list, or a case-insensitive part of the device's name.
+      const std::string want = e;
+      auto lower = [](std::string s) {
+        for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+        return s;
+      };
+      char* end = nullptr;
+      const long idx = std::strtol(e, &end, 10);
+      if (end && !*end && idx >= 0 && size_t(idx) < all.size()) dev_ = all[size_t(idx)];
+      for (size_t i = 0; !dev_ && i < all.size(); ++i)
+        if (lower(device_string(all[i], CL_DEVICE_NAME)).find(lower(want)) != std::string::npos) dev_ = all[i];
+      if (!dev_) {
+        std::string list;
+        for (size_t i = 0; i < all.size(); ++i) list += "\n  " + std::to_string(i) + ": " + device_string(all[i], CL_DEVICE_NAME);
+        fail(ErrorKind::Invalid, "NNFUSE_OPENCL_DEVICE='" + want + "' matches no OpenCL device; the devices are:" + list);
+      }
+    } else {
+      // A GPU first; else the first device of any type (PoCL's CPU device).
+      for (auto d : all)
+        if (!dev_ && (device_value<cl_device_type>(d, CL_DEVICE_TYPE) & CL_DEVICE_TYPE_GPU)) dev_ = d;
+      if (!dev_) dev_ = all.front();
+    }
     cl_int err = CL_SUCCESS;
     ctx_ = f.clCreateContext(nullptr, 1, &dev_, nullptr, nullptr, &err);
     check(err, "clCreateContext");
@@ -150,23 +180,52 @@ class OpenClApi : public DeviceApi {
   void build(const std::string& source, const std::vector<std::string>& names) override {
     const ClFns& f = cl();
     cl_int err = CL_SUCCESS;
+    // The device's binary of this source, built before (kernels/device/program_cache.h): keyed by
+    // the source, the build options and the device, its driver and platform versions.
+    const char* options = "-cl-std=CL1.2";
+    const std::string cached = "opencl-" + program_key({source, options, device_string(dev_, CL_DEVICE_NAME),
+                                                        device_string(dev_, CL_DRIVER_VERSION), device_string(dev_, CL_DEVICE_VERSION)}) +
+                               ".bin";
+    std::string binary;
+    cache_hit_ = false;
+    if (load_cached_program(cached, binary)) {
+      const size_t n = binary.size();
+      const unsigned char* data = reinterpret_cast<const unsigned char*>(binary.data());
+      cl_int status = CL_SUCCESS;
+      cl_program p = f.clCreateProgramWithBinary(ctx_, 1, &dev_, &n, &data, &status, &err);
+      if (err == CL_SUCCESS && status == CL_SUCCESS && f.clBuildProgram(p, 1, &dev_, options, nullptr, nullptr) == CL_SUCCESS) {
+        prog_ = p;
+        cache_hit_ = true;
+      } else if (p) {
+        f.clReleaseProgram(p);  // a stale or foreign binary: build from source
+      }
+    }
+    if (cache_hit_) {
+      log_.clear();
+      create_kernels(names);
+      return;
+    }
     const char* text = source.c_str();
     const size_t len = source.size();
     prog_ = f.clCreateProgramWithSource(ctx_, 1, &text, &len, &err);
     check(err, "clCreateProgramWithSource");
-    err = f.clBuildProgram(prog_, 1, &dev_, "-cl-std=CL1.2", nullptr, nullptr);
+    err = f.clBuildProgram(prog_, 1, &dev_, options, nullptr, nullptr);
     size_t n = 0;
     f.clGetProgramBuildInfo(prog_, dev_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
     log_.assign(n, '\0');
     f.clGetProgramBuildInfo(prog_, dev_, CL_PROGRAM_BUILD_LOG, n, log_.data(), nullptr);
     while (!log_.empty() && log_.back() == '\0') log_.pop_back();
     if (err != CL_SUCCESS) fail(ErrorKind::Runtime, "OpenCL: the program did not build (error " + std::to_string(err) + "):\n" + log_.substr(0, 4000));
-    for (auto& name : names) {
-      kernels_.push_back(f.clCreateKernel(prog_, name.c_str(), &err));
-      check(err, "clCreateKernel " + name);
+    size_t bytes = 0;
+    if (f.clGetProgramInfo(prog_, CL_PROGRAM_BINARY_SIZES, sizeof bytes, &bytes, nullptr) == CL_SUCCESS && bytes > 0) {
+      binary.assign(bytes, '\0');
+      unsigned char* data = reinterpret_cast<unsigned char*>(binary.data());
+      if (f.clGetProgramInfo(prog_, CL_PROGRAM_BINARIES, sizeof data, &data, nullptr) == CL_SUCCESS) store_cached_program(cached, binary);
     }
+    create_kernels(names);
   }
   std::string build_log() const override { return log_; }
+  bool build_cached() const override { return cache_hit_; }
 
   DeviceMemory alloc(int64_t bytes) override {
     cl_int err = CL_SUCCESS;
@@ -212,6 +271,15 @@ class OpenClApi : public DeviceApi {
   cl_program prog_ = nullptr;
   std::vector<cl_kernel> kernels_;
   std::string log_;
+  bool cache_hit_ = false;
+
+  void create_kernels(const std::vector<std::string>& names) {
+    cl_int err = CL_SUCCESS;
+    for (auto& name : names) {
+      kernels_.push_back(cl().clCreateKernel(prog_, name.c_str(), &err));
+      check(err, "clCreateKernel " + name);
+    }
+  }
 };
 
 }  // namespace

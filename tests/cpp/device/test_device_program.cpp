@@ -208,3 +208,34 @@ TEST_CASE("device: the program cache keys by content and stores atomically", "[d
   ::unsetenv("NNFUSE_CACHE_DIR");
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("device: a second OpenCL build of a program loads the cached binary", "[device][opencl]") {
+  if (!opencl_present()) return;
+  const std::string dir = "/tmp/nnfuse_ocl_cache_test_" + std::to_string(::getpid());
+  ::setenv("NNFUSE_CACHE_DIR", dir.c_str(), 1);
+  Model m = build_zoo_model("resnet_tiny", ZooOptions{});
+  FusionPlan plan = plan_for(m.graph, "mali-opencl");
+  auto first = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
+  auto second = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
+  ::unsetenv("NNFUSE_CACHE_DIR");
+  std::filesystem::remove_all(dir);
+  CHECK_FALSE(first->info()["build"]["cache_hit"].get<bool>());
+  CHECK(second->info()["build"]["cache_hit"].get<bool>());
+  TensorMap feeds = random_feeds(m.graph, 4);
+  check_close(second->run(feeds), run_reference(m.graph, feeds), "resnet_tiny from the cached binary");
+}
+
+TEST_CASE("device: NNFUSE_OPENCL_DEVICE naming no device lists the devices", "[device][opencl]") {
+  if (!opencl_present()) return;
+  ::setenv("NNFUSE_OPENCL_DEVICE", "no-such-device-name", 1);
+  try {
+    make_opencl_api();
+    FAIL("a device was chosen for a name that matches none");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("no-such-device-name") != std::string::npos);
+    CHECK(std::string(e.what()).find("0: ") != std::string::npos);
+  }
+  ::setenv("NNFUSE_OPENCL_DEVICE", "0", 1);
+  CHECK_NOTHROW(make_opencl_api());
+  ::unsetenv("NNFUSE_OPENCL_DEVICE");
+}
