@@ -962,7 +962,7 @@ struct Lowerer {
       st.anchor_inputs = {data_in(0)};
       st.iparams = {{"outer", outer}, {"red", red}, {"inner", inner}, {"mode", op == "ReduceMean" ? 1 : op == "ReduceSum" ? 0 : 2}};
       st.flops = double(shape_numel(X));
-      st.width = O.empty() ? 1 : O.back();
+      st.width = inner;  // the epilogue sees the output as [outer, inner] (gen_support.h reduce)
     } else {
       no_lowering(n, "no anchor lowering");
     }

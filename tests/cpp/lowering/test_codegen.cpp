@@ -88,6 +88,43 @@ TEST_CASE("codegen: MatMul and Gemm anchors with prologue and scattering epilogu
   check_close(cm->run(feeds), run_reference(m.graph, feeds));
 }
 
+TEST_CASE("codegen: Softplus is generated and stable for large inputs (Mish)", "[codegen]") {
+  GraphBuilder gb("mish");
+  auto x = gb.input("x", DType::Float32, {4, 8});
+  auto sp = gb.op("Softplus", {x});
+  auto y = gb.op("Mul", {x, gb.op("Tanh", {sp})});
+  gb.output(y);
+  Model m = gb.finish();
+  auto cm = CpuModel::build(m.graph, nullptr, opts());
+  CHECK(cm->module().fallback_blocks == 0);
+  std::vector<float> v(32);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (float(i) - 16.f) * 6.f;  // -96 .. 90: exp overflows for the naive form
+  TensorMap feeds{{"x", Tensor::from_vector<float>({4, 8}, v)}};
+  check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
+
+TEST_CASE("codegen: reduction epilogues see the output as outer x inner", "[codegen]") {
+  // keepdims=0 over the last axis (inner 1: the output's last dim is not the epilogue's width) with
+  // a bias and a second block output; a middle axis whose inner part spans two dims.
+  GraphBuilder gb("reduce_epilogue");
+  auto x = gb.input("x", DType::Float32, {2, 3, 4});
+  auto rs = gb.op("ReduceSum", {x, gb.ints("ax", {2})}, GraphBuilder::attrs({{"keepdims", A::i(0)}}));
+  auto y = gb.op("Add", {rs, gb.weight("bias", {3}, 0.5f)});
+  auto z = gb.op("Relu", {y});
+  auto x2 = gb.input("x2", DType::Float32, {2, 16, 6, 9});
+  auto rm = gb.op("ReduceMean", {x2}, GraphBuilder::attrs({{"axes", A::is({1})}, {"keepdims", A::i(1)}}));
+  auto sc = gb.op("Mul", {rm, gb.weight("scale", {1, 1, 6, 9}, 0.5f)});
+  gb.output(y);
+  gb.output(z);
+  gb.output(sc);
+  Model m = gb.finish();
+  FusionPlan plan = grouped_plan(m.graph, {{rs, y, z}, {rm, sc}});
+  auto cm = CpuModel::build(m.graph, &plan, opts());
+  CHECK(cm->module().fallback_blocks == 0);
+  TensorMap feeds = random_feeds(m.graph, 12);
+  check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
+
 TEST_CASE("codegen: Conv, depthwise Conv, BatchNorm, residual epilogue, pooling, LayerNorm, reductions", "[codegen][concurrency]") {
   GraphBuilder gb("cnn");
   auto x = gb.input("x", DType::Float32, {1, 3, 17, 15});
