@@ -218,6 +218,8 @@ template <class V> inline V op_Cos(const V& x) {
 template <class V> inline V op_LeakyRelu(const V& x, float a, float) { return sel(x < V(0.f), x * V(a), x); }
 template <class V> inline V op_Elu(const V& x, float a, float) { return sel(x < V(0.f), V(a) * (nnfuse::mk::vexp(x) - V(1.f)), x); }
 template <class V> inline V op_HardSigmoid(const V& x, float a, float b) { return vmin(vmax(V(a) * x + V(b), V(0.f)), V(1.f)); }
+// log(1 + e^x) without overflow: max(x, 0) + log(1 + e^-|x|).
+template <class V> inline V op_Softplus(const V& x) { return vmax(x, V(0.f)) + nnfuse::mk::vlog(V(1.f) + nnfuse::mk::vexp(-op_Abs(x))); }
 template <class V> inline V op_HardSwish(const V& x) { return x * vmin(vmax(x * V(1.f / 6.f) + V(0.5f), V(0.f)), V(1.f)); }
 template <class V> inline V op_Clip(const V& x, float lo, float hi) { return vmin(vmax(x, V(lo)), V(hi)); }
 
