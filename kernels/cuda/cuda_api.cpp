@@ -203,12 +203,15 @@ constexpr int NVRTC_ERROR_INVALID_OPTION = 5;
 
 // Compiles `source` for `arch`: "sm_XX" gives a cubin (with ptxas's -v report in the log),
 // "compute_XX" PTX. Throws Runtime with the log on a compile error.
+// The options that decide the binary besides the architecture (also part of the cache key).
+constexpr const char* kNvrtcStd = "--std=c++17";
+
 NvrtcOutput nvrtc_compile(const Nvrtc& nv, const std::string& source, const std::string& arch) {
   bool cubin = arch.rfind("sm_", 0) == 0;
   // No --use_fast_math: results must stay close to the CPU's (exact division, IEEE expf/erff).
   // --no-cache: NVRTC may answer a program it compiled before from its disk cache (seen with
   // NVRTC 13.0 on an H200 machine: 14 ms instead of 130), and then the log has no ptxas report.
-  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "--std=c++17", "--no-cache"};
+  std::vector<std::string> opts = {"--gpu-architecture=" + arch, kNvrtcStd, "--no-cache"};
   if (cubin) opts.push_back("--ptxas-options=-v");
   for (;;) {
     nvrtcProgram prog = nullptr;
@@ -380,13 +383,18 @@ class CudaApi final : public DeviceApi {
     CUmodule m = nullptr;
     // A cubin compiled before for this source, architecture and NVRTC (kernels/device/program_cache.h).
     const std::string arch = "sm_" + std::to_string(sm_);
-    const std::string cached = "cuda-" + program_key({source, arch, nv_->path, std::to_string(nv_->major) + "." + std::to_string(nv_->minor)}) + ".cubin";
+    const std::string cached =
+        "cuda-" + program_key({source, arch, kNvrtcStd, nv_->path, std::to_string(nv_->major) + "." + std::to_string(nv_->minor)}) + ".cubin";
     std::string image;
     if (load_cached_program(cached, image) && d_.ModuleLoadData(&m, image.data()) == 0) {
-      bind_functions(m, kernels);
-      log_.clear();
-      cache_hit_ = true;
-      return;
+      try {
+        bind_functions(m, kernels);  // unloads m when an entry point is missing
+        log_.clear();
+        cache_hit_ = true;
+        return;
+      } catch (const Error&) {
+        // a foreign or stale binary under this key: compile
+      }
     }
     m = nullptr;
     cache_hit_ = false;

@@ -109,15 +109,17 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
 
 DeviceModel::~DeviceModel() {
   if (!api_) return;
-  try {
-    for (auto& d : own_)
-      if (d.bytes) api_->release(d);
-    api_->release(arena_);
-    api_->release(status_);
-    api_->release(scratch_);
-  } catch (...) {
-    // a failing driver at exit: nothing left to free it with
-  }
+  auto release = [&](DeviceMemory d) {
+    try {
+      if (d.handle) api_->release(d);
+    } catch (...) {
+      // a failing driver at exit: free the rest regardless
+    }
+  };
+  for (auto& d : own_) release(d);
+  release(arena_);
+  release(status_);
+  release(scratch_);
 }
 
 Shape DeviceModel::run_shape(const KBuffer& B) const {
@@ -197,13 +199,14 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
   A.fill_zero(status_);
   std::map<int, Tensor> dyn;
   if (stage_ms) stage_ms->assign(mod_.stages.size(), 0);
-  auto check_status = [&](size_t i) {
-    int32_t status = 0;
-    A.download(status_, 0, &status, sizeof status);
-    if (status)
-      fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_ops(mod_.graph, mod_.stages[i]) + "): " + nnfuse_status_message(status));
+  // The kernels record the first failing stage next to the code (device_program.h).
+  auto check_status = [&] {
+    int32_t status[2] = {0, 0};
+    A.download(status_, 0, status, sizeof status);
+    if (!status[0]) return;
+    const size_t i = status[1] >= 0 && size_t(status[1]) < mod_.stages.size() ? size_t(status[1]) : 0;
+    fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_ops(mod_.graph, mod_.stages[i]) + "): " + nnfuse_status_message(status[0]));
   };
-  size_t last_kernel = 0;
   for (size_t i = 0; i < mod_.stages.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     const auto& ks = prog_.stage_kernels[i];
@@ -220,12 +223,20 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
         KernelArg st;
         st.mem = status_;
         args.push_back(st);
-        if (K.groups > 0) A.launch(k, args, K.groups, K.local);
+        KernelArg id;
+        id.kind = KernelArg::Int64;
+        id.value = int64_t(i);
+        args.push_back(id);
+        try {
+          if (K.groups > 0) A.launch(k, args, K.groups, K.local);
+        } catch (const Error& e) {
+          fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_ops(mod_.graph, mod_.stages[i]) + "), kernel " + K.name +
+                                       ": " + e.what());
+        }
       }
-      last_kernel = i;
     } else {
       A.finish();
-      check_status(last_kernel);  // a bad index before the host reads what it produced
+      check_status();  // a bad index before the host reads what it produced
       run_on_host(mod_.stages[i], dyn);
     }
     if (stage_ms) {
@@ -234,7 +245,7 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
     }
   }
   A.finish();
-  check_status(last_kernel);
+  check_status();
   TensorMap result;
   for (auto& [name, b] : mod_.graph_outputs) {
     const KBuffer& B = mod_.buffers[size_t(b)];

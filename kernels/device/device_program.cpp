@@ -75,6 +75,7 @@ NF_FN float op_Min(float a, float b) { return b < a ? b : a; }
 NF_FN float op_LeakyRelu(float x, float a, float b) { return x < 0.0f ? x * a : x; }
 NF_FN float op_Elu(float x, float a, float b) { return x < 0.0f ? a * (exp(x) - 1.0f) : x; }
 NF_FN float op_HardSigmoid(float x, float a, float b) { return op_Min(op_Max(a * x + b, 0.0f), 1.0f); }
+NF_FN float op_Softplus(float x) { return op_Max(x, 0.0f) + log1p(exp(-fabs(x))); }
 NF_FN float op_HardSwish(float x) { return x * op_Min(op_Max(x * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f); }
 NF_FN float op_Clip(float x, float lo, float hi) { return op_Min(op_Max(x, lo), hi); }
 NF_FN float op_Add(float a, float b) { return a + b; }
@@ -101,6 +102,21 @@ NF_FN float op_IsInf(float a) { return (a == NF_INF || a == -NF_INF) ? 1.0f : 0.
 )";
 
 const std::set<std::string> kUnaryWithParams = {"LeakyRelu", "Elu", "HardSigmoid"};
+
+// The op names kOps defines: an expression with any other op has no device form (its stage runs on
+// the host) instead of a program that does not build.
+const std::set<std::string>& device_ops() {
+  static const std::set<std::string> ops = [] {
+    std::set<std::string> r;
+    const std::string text = kOps;
+    for (size_t at = text.find("float op_"); at != std::string::npos; at = text.find("float op_", at + 1)) {
+      const size_t b = at + 9, e = text.find('(', b);
+      r.insert(text.substr(b, e - b));
+    }
+    return r;
+  }();
+  return ops;
+}
 
 struct KernelPrinter {
   const KernelModule& m;
@@ -156,7 +172,8 @@ struct KernelPrinter {
         o << "      { i64 l = 0;\n";
         for (size_t j = axis; j < axis + q; ++j) o << "        l = l * " << i64s(s.from[j]) << " + " << cur << "[" << j << "];\n";
         o << "        i64 i = (i64)" << ib << "[l];\n        if (i < 0) i += " << i64s(s.to[axis]) << ";\n";
-        o << "        if (i < 0 || i >= " << i64s(s.to[axis]) << ") { *status = 1; i = 0; }\n";
+        // The first failing stage in launch order records itself (kernels run one after another).
+        o << "        if (i < 0 || i >= " << i64s(s.to[axis]) << ") { if (status[0] == 0) status[1] = (i32)stage_id; status[0] = 1; i = 0; }\n";
         o << "        " << nxt << "[" << axis << "] = i;\n      }\n";
         for (size_t j = 0; j < axis; ++j) o << "      " << nxt << "[" << j << "] = " << cur << "[" << j << "];\n";
         for (size_t j = axis + 1; j < s.to.size(); ++j) o << "      " << nxt << "[" << j << "] = " << cur << "[" << j + q - 1 << "];\n";
@@ -181,6 +198,8 @@ struct KernelPrinter {
   std::string exprs_and_stores(std::ostringstream& o, const std::string& v, int skip_store) {
     for (size_t i = 0; i < st.exprs.size(); ++i) {
       const Expr& e = st.exprs[i];
+      if ((e.kind == Expr::Unary || e.kind == Expr::Binary) && !device_ops().count(e.op))
+        fail(ErrorKind::Unsupported, "no device code for op " + e.op);
       auto a = [&](size_t q) { return "e" + std::to_string(e.args.at(q)); };
       std::string val;
       switch (e.kind) {
@@ -535,7 +554,7 @@ struct KernelPrinter {
       o << "NF_KERNEL void " << name << "(";
       for (size_t i = 0; i < k.buffers.size(); ++i) o << "NF_GLOBAL u8* p" << i << ", i64 q" << i << ", ";
       if (k.scratch_bytes) o << "NF_GLOBAL u8* p_scratch, i64 q_scratch, ";
-      o << "NF_GLOBAL u8* p_status, i64 q_status) {\n";
+      o << "NF_GLOBAL u8* p_status, i64 q_status, i64 stage_id) {\n";
       for (size_t i = 0; i < k.buffers.size(); ++i) {
         const int b = k.buffers[i];
         const std::string t = type_of(b);
@@ -547,7 +566,7 @@ struct KernelPrinter {
       std::string locals, rest;
       std::istringstream lines(text);
       for (std::string line; std::getline(lines, line);) (line.find("NF_LOCAL_ARRAY") != std::string::npos ? locals : rest) += line + "\n";
-      o << locals << "  (void)status;\n" << rest << "}\n\n";
+      o << locals << "  (void)status;\n  (void)stage_id;\n" << rest << "}\n\n";
     };
     kernel(k.name, body.str());
     if (sum) kernel(sum->name, body_sum.str());
@@ -607,7 +626,7 @@ DeviceProgram print_device_program(const KernelModule& m, const DeviceProgramOpt
     else {
       try {
         ok = kp.print();
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // Error, or a parameter the lowering did not set (std::out_of_range)
         why = e.what();
       }
       if (!ok && why.empty()) why = "no device form for " + (st.kind == StageKind::Anchor ? st.anchor_op : std::string(stage_kind_name(st.kind)));

@@ -12,8 +12,9 @@
 // Math is the overloaded float names both dialects have (exp, tanh, erf, fmax, ...).
 //
 // Every kernel takes its buffers as (NF_GLOBAL u8* p, i64 o) pairs, pointer and byte offset, so a
-// memory plan maps onto one device arena without sub-buffers, and last the run's status word (an
-// i32 a kernel sets to NNFUSE_STATUS_* on bad data, e.g. a Gather index out of range).
+// memory plan maps onto one device arena without sub-buffers, then the run's status words (two
+// i32: a NNFUSE_STATUS_* code a kernel sets on bad data, e.g. a Gather index out of range, and the
+// first failing stage) and last the stage's index (kernels are shared by stages).
 //
 // Per stage kind:
 //   Elementwise                       one work-item per element of the rows x width view

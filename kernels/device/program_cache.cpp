@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <thread>
 
 namespace nnfuse::device {
 
@@ -48,7 +50,8 @@ void store_cached_program(const std::string& name, const std::string& bytes) {
   std::error_code ec;
   const fs::path dir = device_cache_dir();
   fs::create_directories(dir, ec);
-  const fs::path tmp = dir / (name + ".tmp" + std::to_string(::getpid()));
+  // Unique per process and thread: two threads may compile the same program at once.
+  const fs::path tmp = dir / (name + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
   {
     std::ofstream f(tmp, std::ios::binary);
     if (!f) return;

@@ -155,7 +155,11 @@ class OpenClApi : public DeviceApi {
     ctx_ = f.clCreateContext(nullptr, 1, &dev_, nullptr, nullptr, &err);
     check(err, "clCreateContext");
     queue_ = f.clCreateCommandQueue(ctx_, dev_, 0, &err);
-    check(err, "clCreateCommandQueue");
+    if (err != CL_SUCCESS) {
+      f.clReleaseContext(ctx_);
+      ctx_ = nullptr;
+      check(err, "clCreateCommandQueue");
+    }
   }
   ~OpenClApi() override {
     const ClFns& f = cl();
@@ -180,6 +184,10 @@ class OpenClApi : public DeviceApi {
   void build(const std::string& source, const std::vector<std::string>& names) override {
     const ClFns& f = cl();
     cl_int err = CL_SUCCESS;
+    for (auto k : kernels_) f.clReleaseKernel(k);  // a new program replaces the last one
+    kernels_.clear();
+    if (prog_) f.clReleaseProgram(prog_);
+    prog_ = nullptr;
     // The device's binary of this source, built before (kernels/device/program_cache.h): keyed by
     // the source, the build options and the device, its driver and platform versions.
     const char* options = "-cl-std=CL1.2";
@@ -201,9 +209,17 @@ class OpenClApi : public DeviceApi {
       }
     }
     if (cache_hit_) {
-      log_.clear();
-      create_kernels(names);
-      return;
+      try {
+        create_kernels(names);
+        log_.clear();
+        return;
+      } catch (const Error&) {  // a binary without our entry points: build from source
+        for (auto k : kernels_) f.clReleaseKernel(k);
+        kernels_.clear();
+        f.clReleaseProgram(prog_);
+        prog_ = nullptr;
+        cache_hit_ = false;
+      }
     }
     const char* text = source.c_str();
     const size_t len = source.size();

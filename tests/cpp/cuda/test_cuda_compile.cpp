@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "graph/error.h"
 #include "kernels/cuda/cuda_api.h"
 
@@ -168,9 +170,17 @@ TEST_CASE("make_cuda_api runs a kernel or names what is missing", "[cuda]") {
   CHECK(info["multiprocessors"].get<int>() > 0);
   CHECK(has(info["nvrtc"].get<std::string>(), "nvrtc"));
 
+  // A private program cache: the first build compiles (and logs), the second loads the cubin.
+  const std::string cache = "/tmp/nnfuse_cuda_test_cache_" + std::to_string(::getpid());
+  ::setenv("NNFUSE_CACHE_DIR", cache.c_str(), 1);
   api->build(api->prelude() + kAddKernels, {"nf_add", "nf_scale"});
+  CHECK_FALSE(api->build_cached());
   auto reported = parse_ptxas_log(api->build_log());
   CHECK(reported.size() == 2);
+  api->build(api->prelude() + kAddKernels, {"nf_add", "nf_scale"});
+  CHECK(api->build_cached());
+  ::unsetenv("NNFUSE_CACHE_DIR");
+  std::filesystem::remove_all(cache);
 
   const int64_t n = 100003;  // not a multiple of the block size
   std::vector<float> a(n), b(n);

@@ -111,8 +111,8 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   auto rl = gb.op("ReduceMean", {sm, gb.ints("ax1", {3})}, GraphBuilder::attrs({{"keepdims", A::i(1)}}));
   auto rm = gb.op("ReduceMax", {pool, gb.ints("ax2", {1})}, GraphBuilder::attrs({{"keepdims", A::i(0)}}));
   auto ln = gb.op("LayerNormalization", {gm, gb.weight("ls", {5}, 0.5f), gb.weight("lb", {5}, 0.1f)}, GraphBuilder::attrs({{"axis", A::i(-1)}}));
-  // 64 x 64 tiles (4 x 4 outputs per work-item) with partial tiles at both edges, for a MatMul
-  // and for a conv with 64 output channels.
+  // Tiles with partial edges in both output dims, for a MatMul and for a conv with 72 output
+  // channels.
   auto big = gb.op("MatMul", {gb.input("p", DType::Float32, {1, 70, 96}), gb.weight("pw", {96, 130}, 0.1f)});
   auto bigconv = gb.op("Conv", {gb.input("q", DType::Float32, {1, 8, 10, 9}), gb.weight("qw", {72, 8, 3, 3}, 0.1f)},
                        GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
@@ -122,12 +122,28 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   gb.output(gb.op("Sigmoid", {big}));
   gb.output(gb.op("Relu", {bigconv}));
   // Few tiles over a long K: split-K (partial tiles to scratch, then a sum kernel with the
-  // epilogue), for a MatMul (K 1000: 8 splits, the last short) and a conv (K 64 * 9 = 576).
+  // epilogue), for a MatMul (K 1000: 7 splits of 144, the last short), a MatMul whose K leaves
+  // the last of 10 splits empty (K 1281: splits of 144) and a conv (K 64 * 9 = 576).
   auto longk = gb.op("MatMul", {gb.input("s", DType::Float32, {1, 20, 1000}), gb.weight("sw", {1000, 24}, 0.05f)});
   gb.output(gb.op("Add", {longk, gb.weight("sb", {24}, 0.1f)}));
   auto longconv = gb.op("Conv", {gb.input("t", DType::Float32, {1, 64, 6, 6}), gb.weight("tw", {16, 64, 3, 3}, 0.05f), gb.weight("tb", {16}, 0.1f)},
                         GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
   gb.output(gb.op("Relu", {longconv}));
+  gb.output(gb.op("MatMul", {gb.input("e", DType::Float32, {1, 2, 1281}), gb.weight("ew", {1281, 3}, 0.05f)}));
+  // Dilated and 1-D convs; a batch table that is not affine (A broadcast over B's batch); Gemm
+  // with transA; a reduction with an epilogue over inner != the output's last dim; Softplus (Mish).
+  gb.output(gb.op("Conv", {gb.input("dl", DType::Float32, {1, 3, 9, 9}), gb.weight("dlw", {4, 3, 3, 3}, 0.2f)},
+                      GraphBuilder::attrs({{"dilations", A::is({2, 2})}, {"pads", A::is({2, 1, 2, 1})}})));
+  gb.output(gb.op("Conv", {gb.input("c1", DType::Float32, {1, 4, 21}), gb.weight("c1w", {6, 4, 5}, 0.2f), gb.weight("c1b", {6}, 0.1f)},
+                      GraphBuilder::attrs({{"strides", A::is({2})}, {"pads", A::is({2, 2})}})));
+  gb.output(gb.op("MatMul", {gb.input("ba", DType::Float32, {2, 1, 5, 7}), gb.input("bm", DType::Float32, {1, 3, 7, 4})}));
+  gb.output(gb.op("Gemm", {gb.input("ta", DType::Float32, {7, 5}), gb.weight("tw", {7, 6}, 0.2f)}, GraphBuilder::attrs({{"transA", A::i(1)}})));
+  auto rk = gb.op("ReduceSum", {gb.input("rk", DType::Float32, {2, 3, 4}), gb.ints("rax", {2})}, GraphBuilder::attrs({{"keepdims", A::i(0)}}));
+  auto rkb = gb.op("Add", {rk, gb.weight("rkb", {3}, 0.5f)});
+  gb.output(rkb);
+  gb.output(gb.op("Relu", {rkb}));
+  auto mi = gb.input("mi", DType::Float32, {3, 5});
+  gb.output(gb.op("Mul", {mi, gb.op("Tanh", {gb.op("Softplus", {mi})})}));
   Model m = gb.finish();
   FusionPlan plan = plan_for(m.graph, "mali-opencl");
   auto dm = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
@@ -153,7 +169,8 @@ TEST_CASE("device: a Gather index out of range is an error naming the stage", "[
   auto table = gb.weight("table", {10, 4}, 1.0f);
   auto idx = gb.input("idx", DType::Int64, {3});
   auto y = gb.op("Relu", {gb.op("Gather", {table, idx})});
-  gb.output(y);
+  // A later kernel stage: the error must name the Gather's stage, not the last one launched.
+  gb.output(gb.op("MatMul", {y, gb.weight("w", {4, 5}, 0.5f)}));
   Model m = gb.finish();
   FusionPlan plan = plan_for(m.graph, "mali-opencl");
   auto dm = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
@@ -166,6 +183,7 @@ TEST_CASE("device: a Gather index out of range is an error naming the stage", "[
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("out of range") != std::string::npos);
     CHECK(std::string(e.what()).find("Gather") != std::string::npos);
+    CHECK(std::string(e.what()).find("MatMul") == std::string::npos);
   }
 }
 
