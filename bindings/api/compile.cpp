@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "fusion/planner.h"
@@ -101,6 +102,27 @@ void register_builtin_backends() {
 }
 
 }  // namespace
+
+nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan) {
+  try {
+    LowerOptions lo;
+    lo.layout_block = 0;
+    const KernelModule km = lower_module(g, plan, lo);
+    const device::DeviceProgram p = device::print_device_program(km);
+    std::set<std::string> entries;
+    for (auto& k : p.kernels) entries.insert(k.name);
+    nlohmann::json host = nlohmann::json::array();
+    for (size_t i = 0; i < p.stage_kernels.size(); ++i) {
+      if (!p.stage_kernels[i].empty()) continue;
+      std::string ops;
+      for (NodeId id : km.stages[i].nodes) ops += (ops.empty() ? "" : ", ") + g.node(id).op_type + " " + g.node(id).label();
+      host.push_back({{"stage", km.stages[i].name}, {"ops", ops}, {"reason", p.host_reason[i]}});
+    }
+    return {{"kernels", p.kernels.size()}, {"entry_points", entries.size()}, {"host_stages", host}};
+  } catch (const Error& e) {
+    return {{"error", e.what()}};
+  }
+}
 
 std::unique_ptr<Executable> load_compiled(const std::string& dir, int threads) {
   return std::make_unique<CpuExecutable>(CpuModel::load(dir, threads));

@@ -50,6 +50,11 @@ void register_backend(Backend b);
 // Throws Unsupported naming the target when no backend handles it.
 std::unique_ptr<Executable> compile(const Model& m, const FusionPlan* plan, const CompileOptions& o);
 
+// For a GPU target (mali-opencl, volta-cuda) without compiling: the plan lowered and printed as
+// device kernels, with the stages that would run on the host and why ({kernels, entry_points,
+// host_stages: [{stage, ops, reason}]}, or {error} when it cannot be lowered, e.g. dynamic shapes).
+nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan);
+
 // Deployable artifacts of CPU targets (`nnfuse compile -o DIR`): a shared library, the optimized
 // model with its weights, and the plan. Loading needs no compiler.
 void save_compiled(const Executable& e, const std::string& dir);

@@ -3,6 +3,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "api/compile.h"
 #include "api/optimize.h"
 #include "commands.h"
 #include "fusion/plan_report.h"
@@ -50,6 +51,8 @@ int run_optimize(const ParsedArgs& args) {
       rep["dot"] = args.get("--dot");
     }
   }
+  // GPU targets: which stages would run on the host between device launches.
+  if (r.plan && (o.target == "mali-opencl" || o.target == "volta-cuda")) rep["device"] = device_stage_report(m.graph, *r.plan);
   if (args.json()) {
     print_json(rep);
     return 0;
@@ -73,6 +76,16 @@ int run_optimize(const ParsedArgs& args) {
     std::map<std::string, size_t> by_type;
     for (auto& b : r.plan->blocks) ++by_type[mapping_type_name(b.type)];
     std::cout << histogram_text(by_type);
+  }
+  if (rep.contains("device")) {
+    const auto& d = rep["device"];
+    if (d.contains("error")) std::cout << "device kernels: not printed (" << d["error"].get<std::string>() << ")\n";
+    else {
+      std::cout << "device kernels: " << d["kernels"] << " (" << d["entry_points"] << " entry points); stages on the host: "
+                << d["host_stages"].size() << "\n";
+      for (auto& h : d["host_stages"])
+        std::cout << "  " << h["stage"].get<std::string>() << " (" << h["ops"].get<std::string>() << "): " << h["reason"].get<std::string>() << "\n";
+    }
   }
   for (auto& w : r.report["warnings"]) std::cerr << "nnfuse: warning: " << w.get<std::string>() << "\n";
   return 0;

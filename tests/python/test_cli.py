@@ -628,3 +628,18 @@ def test_compile_json_reports_phases_and_shared_implementations(tmp_path):
     np.save(tmp_path / "x.npy", x)
     nnfuse("run", tmp_path / "art", "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "o", check=0)
     np.testing.assert_allclose(np.load(tmp_path / "o" / "y.npy"), ort_run(model, {"x": x})["y"], rtol=1e-4, atol=1e-4)
+
+
+def test_optimize_for_a_gpu_target_lists_host_stages(cli, tmp_path):
+    """`optimize --target volta-cuda|mali-opencl` prints the device kernels without compiling, and
+    names the stages that would run on the host (the LSTM cells) with the reason."""
+    lstm, cnn = tmp_path / "lstm.onnx", tmp_path / "cnn.onnx"
+    cli.ok("zoo", "export", "lstm_tiny", "-o", lstm)
+    cli.ok("zoo", "export", "resnet_tiny", "-o", cnn)
+    rep = cli.ok("optimize", lstm, "--target", "volta-cuda", "--no-profile")
+    dev = rep["device"]
+    assert dev["kernels"] > 0 and dev["entry_points"] <= dev["kernels"]
+    assert dev["host_stages"] and all("LSTM" in h["ops"] and "LSTM" in h["reason"] for h in dev["host_stages"])
+    rep = cli.ok("optimize", cnn, "--target", "mali-opencl", "--no-profile")
+    assert rep["device"]["host_stages"] == []
+    assert "device" not in cli.ok("optimize", cnn, "--target", "host", "--no-profile")
