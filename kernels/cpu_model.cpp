@@ -59,13 +59,6 @@ int layout_block_for(const std::string& target) {
   return has("-mavx512f") ? 16 : has("-mavx2") ? 8 : 4;
 }
 
-// "Gather embeddings.word, Add Add_3" for messages about a stage.
-std::string stage_node_list(const Graph& g, const Stage& st) {
-  std::string r;
-  for (NodeId id : st.nodes) r += (r.empty() ? "" : ", ") + g.node(id).op_type + " " + g.node(id).label();
-  return r;
-}
-
 }  // namespace
 
 std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan, const CpuCompileOptions& o) {

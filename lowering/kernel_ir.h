@@ -194,6 +194,9 @@ struct LowerOptions {
 // when a shape is not static (bind dims with --shape).
 KernelModule lower_module(const Graph& g, const FusionPlan& plan, const LowerOptions& opt = {});
 
+// "Gather embeddings.word, Add Add_3": a stage's members, for messages and reports about it.
+std::string stage_node_list(const Graph& g, const Stage& st);
+
 // A plan with one block per operator (used when no fusion plan exists).
 FusionPlan singleton_plan(const Graph& g);
 

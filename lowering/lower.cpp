@@ -25,6 +25,12 @@ const char* buffer_kind_name(BufferKind k) {
   return "?";
 }
 
+std::string stage_node_list(const Graph& g, const Stage& st) {
+  std::string r;
+  for (NodeId id : st.nodes) r += (r.empty() ? "" : ", ") + g.node(id).op_type + " " + g.node(id).label();
+  return r;
+}
+
 const char* stage_kind_name(StageKind k) {
   switch (k) {
     case StageKind::Elementwise: return "elementwise";

@@ -114,9 +114,7 @@ nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan) {
     nlohmann::json host = nlohmann::json::array();
     for (size_t i = 0; i < p.stage_kernels.size(); ++i) {
       if (!p.stage_kernels[i].empty()) continue;
-      std::string ops;
-      for (NodeId id : km.stages[i].nodes) ops += (ops.empty() ? "" : ", ") + g.node(id).op_type + " " + g.node(id).label();
-      host.push_back({{"stage", km.stages[i].name}, {"ops", ops}, {"reason", p.host_reason[i]}});
+      host.push_back({{"stage", km.stages[i].name}, {"ops", stage_node_list(g, km.stages[i])}, {"reason", p.host_reason[i]}});
     }
     return {{"kernels", p.kernels.size()}, {"entry_points", entries.size()}, {"host_stages", host}};
   } catch (const Error& e) {

@@ -18,27 +18,6 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The buffers a stage run on the host writes (device_program.cpp checks each is a member output);
-// not the row counts of capacity buffers, which are written with them.
-std::vector<int> host_written(const KernelModule& m, const Stage& st) {
-  std::vector<int> w = st.outputs;
-  for (auto& s : st.stores) w.push_back(s.buffer);
-  for (int b : st.kernel_outputs)
-    if (b >= 0) w.push_back(b);
-  if (st.anchor_output >= 0 && st.primary_store >= 0) w.push_back(st.anchor_output);
-  std::sort(w.begin(), w.end());
-  w.erase(std::unique(w.begin(), w.end()), w.end());
-  for (auto& B : m.buffers)
-    if (B.row_count >= 0) w.erase(std::remove(w.begin(), w.end(), B.row_count), w.end());
-  return w;
-}
-
-std::string stage_ops(const Graph& g, const Stage& st) {
-  std::string r;
-  for (NodeId id : st.nodes) r += (r.empty() ? "" : ", ") + g.node(id).op_type + " " + g.node(id).label();
-  return r;
-}
-
 }  // namespace
 
 std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan* plan, std::unique_ptr<DeviceApi> api,
@@ -179,7 +158,7 @@ void DeviceModel::run_on_host(const Stage& st, std::map<int, Tensor>& dyn) const
       api_->upload(c.mem, c.value, &rows, sizeof rows);
     }
   };
-  run_stage_reference(mod_, st, host_written(mod_, st), input, output);
+  run_stage_reference(mod_, st, stage_written_buffers(mod_, st), input, output);
 }
 
 TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const {
@@ -205,7 +184,7 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
     A.download(status_, 0, status, sizeof status);
     if (!status[0]) return;
     const size_t i = status[1] >= 0 && size_t(status[1]) < mod_.stages.size() ? size_t(status[1]) : 0;
-    fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_ops(mod_.graph, mod_.stages[i]) + "): " + nnfuse_status_message(status[0]));
+    fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_node_list(mod_.graph, mod_.stages[i]) + "): " + nnfuse_status_message(status[0]));
   };
   for (size_t i = 0; i < mod_.stages.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -230,7 +209,7 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
         try {
           if (K.groups > 0) A.launch(k, args, K.groups, K.local);
         } catch (const Error& e) {
-          fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_ops(mod_.graph, mod_.stages[i]) + "), kernel " + K.name +
+          fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_node_list(mod_.graph, mod_.stages[i]) + "), kernel " + K.name +
                                        ": " + e.what());
         }
       }
@@ -271,7 +250,7 @@ nlohmann::json DeviceModel::profile(const TensorMap& feeds) const {
     const Stage& st = mod_.stages[i];
     const auto& ks = prog_.stage_kernels[i];
     rows.push_back({{"kernel", st.name},
-                    {"ops", stage_ops(mod_.graph, st)},
+                    {"ops", stage_node_list(mod_.graph, st)},
                     {"where", ks.empty() ? "host" : "device"},
                     {"form", ks.empty() ? prog_.host_reason[i] : prog_.kernels[size_t(ks[0])].form},
                     {"launches", ks.size()},

@@ -589,16 +589,7 @@ bool host_runnable(const KernelModule& m, const Stage& st, std::string& why) {
     }
     for (auto& v : n.outputs) made.insert(v);
   }
-  std::vector<int> written = st.outputs;
-  for (auto& s : st.stores) written.push_back(s.buffer);
-  for (int b : st.kernel_outputs)
-    if (b >= 0) written.push_back(b);
-  if (st.anchor_output >= 0 && st.primary_store >= 0) written.push_back(st.anchor_output);
-  std::set<int> counts;  // row counts of capacity buffers: written with them
-  for (auto& B : m.buffers)
-    if (B.row_count >= 0) counts.insert(B.row_count);
-  for (int b : written) {
-    if (counts.count(b)) continue;
+  for (int b : stage_written_buffers(m, st)) {
     const std::string& v = m.buffers[size_t(b)].value;
     if (v.empty() || !made.count(v)) {
       why = "it writes a buffer no member outputs";
@@ -609,6 +600,19 @@ bool host_runnable(const KernelModule& m, const Stage& st, std::string& why) {
 }
 
 }  // namespace
+
+std::vector<int> stage_written_buffers(const KernelModule& m, const Stage& st) {
+  std::vector<int> w = st.outputs;
+  for (auto& s : st.stores) w.push_back(s.buffer);
+  for (int b : st.kernel_outputs)
+    if (b >= 0) w.push_back(b);
+  if (st.anchor_output >= 0 && st.primary_store >= 0) w.push_back(st.anchor_output);
+  std::sort(w.begin(), w.end());
+  w.erase(std::unique(w.begin(), w.end()), w.end());
+  for (auto& B : m.buffers)
+    if (B.row_count >= 0) w.erase(std::remove(w.begin(), w.end(), B.row_count), w.end());
+  return w;
+}
 
 DeviceProgram print_device_program(const KernelModule& m, const DeviceProgramOptions& opt) {
   if (m.layout_block > 0) fail(ErrorKind::Invalid, "device kernels: the module was lowered with blocked layouts; lower with layout_block 0");
@@ -652,9 +656,7 @@ DeviceProgram print_device_program(const KernelModule& m, const DeviceProgramOpt
     }
     std::string blocked;
     if (!host_runnable(m, st, blocked)) {
-      std::string ops;
-      for (NodeId id : st.nodes) ops += (ops.empty() ? "" : ", ") + m.graph.node(id).op_type + " " + m.graph.node(id).label();
-      fail(ErrorKind::Unsupported, "device kernels: stage " + st.name + " (" + ops + ") has no device form (" + why +
+      fail(ErrorKind::Unsupported, "device kernels: stage " + st.name + " (" + stage_node_list(m.graph, st) + ") has no device form (" + why +
                                        ") and cannot run on the host: " + blocked);
     }
     p.stage_kernels.push_back({});

@@ -65,4 +65,8 @@ struct DeviceProgramOptions {
 // its ops when a stage has neither a device form nor a host path.
 DeviceProgram print_device_program(const KernelModule& m, const DeviceProgramOptions& opt = {});
 
+// The buffers a stage writes when its members run on the host: every member output the stage
+// stores (not the row counts of capacity buffers, which are written with them).
+std::vector<int> stage_written_buffers(const KernelModule& m, const Stage& st);
+
 }  // namespace nnfuse::device

@@ -620,6 +620,34 @@ def summary_line(results: list[Result]) -> str:
     return line
 
 
+# The assertions of a compiled target's sweep (tests/python/test_node_host.py, test_node_opencl.py).
+def assert_sweep_passes(results: list[Result], target: str, expected_failures: dict[str, str]) -> None:
+    """Every attempted test passes, except those listed with a reason."""
+    line = summary_line(results)
+    s = summarize(results)
+    assert s["passed"] + s["failed"] > 0, f"no node test was attempted on {target} ({line})"
+    unexpected = [f"  {r.name} [{r.op}]: {r.reason}" for r in results
+                  if r.status == "failed" and r.name not in expected_failures]
+    assert not unexpected, f"{line}; failing on {target}:\n" + "\n".join(unexpected)
+
+
+def assert_expected_failures_still_fail(results: list[Result], target: str, expected_failures: dict[str, str]) -> None:
+    """A listed failure that passes now must leave the list, so it cannot go stale silently."""
+    fixed = [r.name for r in results if r.name in expected_failures and r.status == "passed"]
+    assert not fixed, f"these pass on {target} now; remove them from the expected failures: {fixed}"
+
+
+def assert_generated(results: list[Result], must_generate: tuple[str, ...], what: str) -> None:
+    """The named tests (those not narrowed away by a filter) pass and ran generated code."""
+    by_name = {r.name: r for r in results}
+    for name in must_generate:
+        if name not in by_name:  # narrowed away by NNFUSE_CONFORMANCE_FILTER
+            continue
+        r = by_name[name]
+        assert r.status == "passed", f"{name}: {r.status} ({r.reason})"
+        assert r.generated and r.generated > 0, f"{name} [{r.op}] ran no {what}"
+
+
 def failures_by_op(results: list[Result]) -> dict[str, list[Result]]:
     groups: dict[str, list[Result]] = {}
     for r in results:

@@ -51,27 +51,15 @@ def host_sweep(nnfuse_cli):
 
 
 def test_node_host_matches_expected_outputs(host_sweep):
-    line = nc.summary_line(host_sweep)
-    s = nc.summarize(host_sweep)
-    assert s["passed"] + s["failed"] > 0, f"no node test was attempted on host ({line})"
-    unexpected = [f"  {r.name} [{r.op}]: {r.reason}" for r in host_sweep
-                  if r.status == "failed" and r.name not in HOST_EXPECTED_FAILURES]
-    assert not unexpected, f"{line}; failing on host:\n" + "\n".join(unexpected)
+    nc.assert_sweep_passes(host_sweep, "host", HOST_EXPECTED_FAILURES)
 
 
 def test_node_host_expected_failures_still_fail(host_sweep):
-    fixed = [r.name for r in host_sweep if r.name in HOST_EXPECTED_FAILURES and r.status == "passed"]
-    assert not fixed, f"these pass on host now; remove them from HOST_EXPECTED_FAILURES: {fixed}"
+    nc.assert_expected_failures_still_fail(host_sweep, "host", HOST_EXPECTED_FAILURES)
 
 
 def test_node_host_generates_kernels(host_sweep):
-    by_name = {r.name: r for r in host_sweep}
-    for name in MUST_GENERATE:
-        if name not in by_name:  # narrowed away by NNFUSE_CONFORMANCE_FILTER
-            continue
-        r = by_name[name]
-        assert r.status == "passed", f"{name}: {r.status} ({r.reason})"
-        assert r.generated and r.generated > 0, f"{name} [{r.op}] ran no generated kernel (all fallback)"
+    nc.assert_generated(host_sweep, MUST_GENERATE, "generated kernel (all fallback)")
     # Every attempted test went through the compiled model (the report carries its stage counts).
     for r in host_sweep:
         if r.status == "passed":

@@ -50,24 +50,12 @@ def opencl_sweep(nnfuse_cli):
 
 
 def test_node_opencl_matches_expected_outputs(opencl_sweep):
-    line = nc.summary_line(opencl_sweep)
-    s = nc.summarize(opencl_sweep)
-    assert s["passed"] + s["failed"] > 0, f"no node test was attempted on mali-opencl ({line})"
-    unexpected = [f"  {r.name} [{r.op}]: {r.reason}" for r in opencl_sweep
-                  if r.status == "failed" and r.name not in OPENCL_EXPECTED_FAILURES]
-    assert not unexpected, f"{line}; failing on mali-opencl:\n" + "\n".join(unexpected)
+    nc.assert_sweep_passes(opencl_sweep, "mali-opencl", OPENCL_EXPECTED_FAILURES)
 
 
 def test_node_opencl_expected_failures_still_fail(opencl_sweep):
-    fixed = [r.name for r in opencl_sweep if r.name in OPENCL_EXPECTED_FAILURES and r.status == "passed"]
-    assert not fixed, f"these pass on mali-opencl now; remove them from OPENCL_EXPECTED_FAILURES: {fixed}"
+    nc.assert_expected_failures_still_fail(opencl_sweep, "mali-opencl", OPENCL_EXPECTED_FAILURES)
 
 
 def test_node_opencl_generates_device_kernels(opencl_sweep):
-    by_name = {r.name: r for r in opencl_sweep}
-    for name in MUST_GENERATE:
-        if name not in by_name:  # narrowed away by NNFUSE_CONFORMANCE_FILTER
-            continue
-        r = by_name[name]
-        assert r.status == "passed", f"{name}: {r.status} ({r.reason})"
-        assert r.generated and r.generated > 0, f"{name} [{r.op}] ran no device kernel (all on the host)"
+    nc.assert_generated(opencl_sweep, MUST_GENERATE, "device kernel (all on the host)")

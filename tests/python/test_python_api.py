@@ -53,7 +53,9 @@ def _host_available() -> bool:
 
 
 def _opencl_available() -> bool:
-    """An OpenCL platform with a device (PoCL in CI) for the mali-opencl target."""
+    """An OpenCL platform with a device (PoCL in CI) for the mali-opencl target. (test_node_opencl.py
+    has the same probe: this file is copied alone into a fresh venv by scripts/test_package.sh, so
+    it cannot import a shared helper.)"""
     import ctypes
 
     try:
