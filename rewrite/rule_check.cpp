@@ -272,13 +272,20 @@ class Instance {
 
   Tensor scalar_tensor(double v) { return Tensor::from_vector<double>({}, {v}).cast(dtype_); }
 
+  // An integer literal past int64 (1e116 written as digits) has no attribute value: the case is
+  // discarded, as converting it would be undefined behaviour (found by fuzz_rules).
+  static int64_t int_literal(double v) {
+    if (!(std::fabs(v) < 9.2e18)) throw Discard{};
+    return int64_t(v);
+  }
+
   static Attribute literal_attr(const RuleExpr& e) {
     switch (e.kind) {
-      case RuleExpr::Kind::Number: return e.is_int ? Attribute::make_int(int64_t(e.number)) : Attribute::make_float(float(e.number));
+      case RuleExpr::Kind::Number: return e.is_int ? Attribute::make_int(int_literal(e.number)) : Attribute::make_float(float(e.number));
       case RuleExpr::Kind::String: return Attribute::make_string(e.text);
       case RuleExpr::Kind::List: {
         std::vector<int64_t> v;
-        for (auto& x : e.args) v.push_back(int64_t(x.number));
+        for (auto& x : e.args) v.push_back(int_literal(x.number));
         return Attribute::make_ints(v);
       }
       default: throw Discard{};
