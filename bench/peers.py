@@ -24,7 +24,10 @@ test suite (tests/python/test_framework_exports.py, with their --shape bindings)
   python3 bench/peers.py --models resnet50,mobilenetv2,efficientnet_b0 --threads 1,2
   python3 bench/peers.py --models cnn-exports --threads 1,2
   python3 bench/peers.py --models zoo-seq,seq-exports --threads 1,2
-Prints a Markdown table per thread count and the geometric means of nnfuse/ORT and nnfuse/OpenVINO.
+Prints a Markdown table per thread count and the geometric means of nnfuse/ORT and nnfuse/OpenVINO,
+with each engine's peak resident set (the largest over its processes: weights, activations and
+runtime; os.wait4's ru_maxrss). `--models long-seq` adds a Whisper-tiny-shaped encoder over 1500
+frames (bench/long_seq_models.py), where the attention scores are 54 MB per layer unfused.
 
 --busy N runs N busy-loop processes while the engines are timed (not while nnfuse compiles): a
 shared machine where another tenant takes a core, made reproducible, e.g.
@@ -53,7 +56,9 @@ ZOO_CNNS = ["resnet50", "mobilenetv2", "efficientnet_b0"]
 # The transformer- and RNN-shaped exports of the test suite, and the zoo's transformers and LSTM (issue 22).
 SEQ_EXPORTS = ["pytorch_encoder_opset13", "pytorch_encoder_opset17", "pytorch_transformer_ln_opset17", "pytorch_dynamo_attention_opset18"]
 ZOO_SEQ = ["bert_base", "gpt2", "vit_b16", "lstm_seq2seq"]
-GROUPS = {"cnn-exports": CNN_EXPORTS, "zoo-cnns": ZOO_CNNS, "seq-exports": SEQ_EXPORTS, "zoo-seq": ZOO_SEQ}
+# Long sequences (bench/long_seq_models.py): a Whisper-tiny-shaped encoder over 1500 frames.
+LONG_SEQ = ["encoder_1500"]
+GROUPS = {"cnn-exports": CNN_EXPORTS, "zoo-cnns": ZOO_CNNS, "seq-exports": SEQ_EXPORTS, "zoo-seq": ZOO_SEQ, "long-seq": LONG_SEQ}
 
 
 def child(engine, model, threads, runs, inputs, out_dir):
@@ -93,11 +98,22 @@ def child(engine, model, threads, runs, inputs, out_dir):
     print(json.dumps({"ms": ms, "cpu_ms": cpu, "names": names}))
 
 
-def run_json(argv):
-    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, argv[:4]))} ... failed: {r.stderr.strip()[-2000:]}")
-    return json.loads(r.stdout)
+def run_json(argv, rss=None):
+    """Runs argv and returns its JSON stdout; appends the process's peak resident set in MB to the
+    list `rss` (os.wait4's rusage of that one child: weights, activations and runtime alike)."""
+    import tempfile
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, argv[:4]))} ... failed: {stderr.strip()[-2000:]}")
+    if rss is not None:
+        rss.append(usage.ru_maxrss / 1024.0)
+    return json.loads(stdout)
 
 
 def prepare(name, cli, workdir):
@@ -105,7 +121,11 @@ def prepare(name, cli, workdir):
     path = os.path.join(workdir, f"{name}.onnx")
     shapes = {}
     from test_framework_exports import CASE_BUILDERS
-    if name in CASE_BUILDERS:
+    from long_seq_models import BUILDERS as LONG_BUILDERS
+    if name in LONG_BUILDERS:
+        model, feeds = LONG_BUILDERS[name]()
+        onnx.save(model, path)
+    elif name in CASE_BUILDERS:
         ec = CASE_BUILDERS[name]()
         onnx.save(ec.model, path)
         feeds, shapes = ec.feeds, ec.shapes
@@ -188,7 +208,7 @@ def time_model(a, name, path, inputs, in_args, art, threads, comp, compile_s, ro
     """Times nnfuse, ORT and OpenVINO on one model at each thread count (interleaved rounds); appends a row each."""
     mem = comp["compile"]["memory"]
     for t in threads:
-        res = {e: {"ms": [], "cpu": []} for e in ("nnfuse", "ort", "openvino")}
+        res = {e: {"ms": [], "cpu": [], "rss": []} for e in ("nnfuse", "ort", "openvino")}
         outdirs = {e: os.path.join(a.workdir, f"{name}_t{t}_{e}") for e in res}
         for r in range(a.rounds):
             first = r == 0
@@ -197,7 +217,7 @@ def time_model(a, name, path, inputs, in_args, art, threads, comp, compile_s, ro
                     argv = [a.cli, "run", art, *in_args, "--threads", t, "--runs", a.runs + 1, "--json"]
                     if first:
                         argv += ["--outputs", outdirs[e]]
-                    j = run_json(argv)
+                    j = run_json(argv, res[e]["rss"])
                     # nnfuse run reports the median/min of its runs; its per-run list is not printed,
                     # so each round contributes its median (weighted by the run count).
                     res[e]["ms"] += [j["latency_ms"]["median"]] * a.runs
@@ -211,7 +231,7 @@ def time_model(a, name, path, inputs, in_args, art, threads, comp, compile_s, ro
                             *[f"--input={kv}" for kv in inputs]]
                     if first:
                         argv += ["--out-dir", outdirs[e]]
-                    j = run_json(argv)
+                    j = run_json(argv, res[e]["rss"])
                     res[e]["ms"] += j["ms"]
                     res[e]["cpu"] += j["cpu_ms"]
         ok_n, err_n = outputs_match(outdirs["nnfuse"], outdirs["ort"], a.rtol, a.atol)
@@ -221,7 +241,8 @@ def time_model(a, name, path, inputs, in_args, art, threads, comp, compile_s, ro
         rows.append(dict(model=name, threads=t, **{f"{e}_ms": med[e] for e in med}, **{f"{e}_cpu": cpu[e] for e in cpu},
                          vs_ort=med["nnfuse"] / med["ort"], vs_ov=med["nnfuse"] / med["openvino"],
                          ok_nnfuse=ok_n, err_nnfuse=err_n, ok_ov=ok_v, err_ov=err_v, fallback=mem["fallback_blocks"],
-                         conv_algorithms=mem.get("conv_algorithms", {}).get("counts", {}), compile_s=compile_s))
+                         conv_algorithms=mem.get("conv_algorithms", {}).get("counts", {}), compile_s=compile_s,
+                         **{f"{e}_rss_mb": max(v["rss"]) for e, v in res.items()}))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
 
 
@@ -234,12 +255,13 @@ def report(rows, threads, busy):
         sel = [r for r in rows if r["threads"] == t]
         print(f"\n### {t} thread(s)\n")
         print("| model | nnfuse ms | ORT ms | OpenVINO ms | nnfuse/ORT | nnfuse/OpenVINO | CPU ms/run nnfuse / ORT / OV "
-              "| outputs vs ORT (nnfuse, OV) | fallback blocks | conv algorithms |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| peak RSS MB nnfuse / ORT / OV | outputs vs ORT (nnfuse, OV) | fallback blocks | conv algorithms |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in sel:
             algos = ", ".join(f"{k} {v}" for k, v in sorted(r["conv_algorithms"].items()))
             print(f"| {r['model']} | {r['nnfuse_ms']:.3f} | {r['ort_ms']:.3f} | {r['openvino_ms']:.3f} | {r['vs_ort']:.2f} | "
                   f"{r['vs_ov']:.2f} | {r['nnfuse_cpu']:.2f} / {r['ort_cpu']:.2f} / {r['openvino_cpu']:.2f} | "
+                  f"{r['nnfuse_rss_mb']:.0f} / {r['ort_rss_mb']:.0f} / {r['openvino_rss_mb']:.0f} | "
                   f"{'ok' if r['ok_nnfuse'] else 'MISMATCH'} {r['err_nnfuse']:.1e}, {'ok' if r['ok_ov'] else 'MISMATCH'} "
                   f"{r['err_ov']:.1e} | {r['fallback']} | {algos} |")
         print(f"\ngeomean at {t} thread(s): nnfuse/ORT {geo([r['vs_ort'] for r in sel]):.2f}, "

@@ -51,7 +51,10 @@ nlohmann::json plan_to_json(const Graph& g, const FusionPlan& plan) {
     blk["inputs"] = b.inputs;
     blk["outputs"] = b.outputs;
     blk["anchor"] = b.anchor == kNoNode ? json(nullptr) : json(g.node(b.anchor).label());
+    if (!b.pattern.empty()) blk["pattern"] = b.pattern;
   }
+  int attention_blocks = 0;
+  for (const FusionBlock& b : plan.blocks) attention_blocks += b.pattern == "attention";
   const PlanStats& s = plan.stats;
   json stats = json::object();
   stats["target"] = plan.target;
@@ -63,6 +66,7 @@ nlohmann::json plan_to_json(const Graph& g, const FusionPlan& plan) {
   stats["rejected_for_budget"] = s.rejected_for_budget;
   stats["recomputed_chains"] = s.recomputed_chains;
   stats["recomputed_copies"] = s.recomputed_copies;
+  stats["attention_blocks"] = attention_blocks;
   stats["ms"] = s.ms;
   json out = json::object();
   out["kernels"] = plan.kernels();

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <unordered_map>
 #include <string_view>
 #include <unordered_set>
 
+#include "fusion/attention_pattern.h"
 #include "fusion/recompute.h"
+#include "graph/error.h"
 #include "graph/op_registry.h"
 #include "rewrite/passes_util.h"
 
@@ -88,6 +91,7 @@ class Planner {
     for (NodeId id : topo)
       if (vertex_of_[id] >= 0 && mtype_[id] != MappingType::ManyToMany) other_seeds.push_back(id);
 
+    form_attention_blocks();
     // Every anchor takes its epilogue before any anchor takes a prologue: a Relu between two
     // convolutions becomes the first one's epilogue (computed once, where the generator fuses
     // it best) even when the second, bigger one seeds first.
@@ -107,6 +111,11 @@ class Planner {
       b.reasons = vx.reasons;
       for (NodeId m : b.members)
         if (mtype_[m] == MappingType::ManyToMany) b.anchor = m;
+      if (!vx.pattern_nodes.empty()) {
+        b.pattern = "attention";
+        b.pattern_nodes = vx.pattern_nodes;
+        b.anchor = vx.pattern_nodes.back();
+      }
       plan.blocks.push_back(std::move(b));
     }
     plan.stats = stats_;  // recompute adds its own counts
@@ -124,7 +133,36 @@ class Planner {
     bool claimed = false;
     bool dead = false;
     std::vector<MemberReason> reasons;
+    std::vector<NodeId> pattern_nodes;  // an attention block: MatMul(Q, Kt), Softmax, MatMul(p, V)
   };
+
+  // Attention chains (fusion/attention_pattern.h) become one claimed vertex each before any seed
+  // grows, then take their epilogue (the head merge after MatMul(p, V)). CPU targets only: the
+  // device targets have no fused attention form yet and run the chain as three anchors.
+  void form_attention_blocks() {
+    if (!opt_.fuse_attention || t_.family != "cpu") return;
+    if (const char* e = std::getenv("NNFUSE_FUSED_ATTENTION"); e && std::string(e) == "0") return;
+    for (const AttentionChain& c : find_attention_chains(g_)) {
+      bool free = true;
+      for (NodeId m : c.members) free = free && vertex_of_[m] >= 0 && !vs_[size_t(vertex_of_[m])].claimed && fusable_[m];
+      if (!free) continue;
+      // Every link's only use is the next member, so no path leaves the chain and comes back:
+      // the merges cannot close a cycle.
+      int v = vertex_of_[c.members.front()];
+      bool ok = true;
+      for (size_t i = 1; i < c.members.size() && ok; ++i) {
+        const NodeId m = c.members[i];
+        ok = try_merge(v, vertex_of_[m], v);
+        if (ok) vs_[size_t(v)].reasons.push_back({m, c.members[i - 1], "attention", "pattern"});
+      }
+      if (!ok) fail(ErrorKind::Runtime, "fusion planner: attention chain at " + g_.node(c.softmax).label() + " closes a cycle");
+      Vertex& vx = vs_[size_t(v)];
+      vx.type = MappingType::ManyToMany;
+      vx.pattern_nodes = {c.qk, c.softmax, c.pv};
+      vx.claimed = true;
+      grow(v, /*with_producers=*/false);
+    }
+  }
 
   const Graph& g_;
   const TargetDesc& t_;

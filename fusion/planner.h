@@ -41,6 +41,11 @@ struct FusionBlock {
   std::vector<std::string> inputs;   // values read from outside the block (weights included)
   std::vector<std::string> outputs;  // values used outside the block or graph outputs
   std::vector<MemberReason> reasons; // one per member, in the order they joined
+  // "attention": a chain MatMul -> score transform -> Softmax -> MatMul fused whole
+  // (fusion/attention_pattern.h), lowered to the fused attention kernel; pattern_nodes then holds
+  // its MatMul(Q, Kt), Softmax and MatMul(p, V), and `anchor` is the last. "" for other blocks.
+  std::string pattern;
+  std::vector<NodeId> pattern_nodes;
 };
 
 struct PlanStats {
@@ -72,6 +77,8 @@ struct PlanOptions {
   std::string profile_cache_path;  // "" = ProfileCache::default_path()
   int max_block_inputs = -1;       // -1: the target's budget
   int max_block_members = -1;      // -1: the target's budget
+  // Attention chains as one block each (CPU targets; $NNFUSE_FUSED_ATTENTION=0 turns it off).
+  bool fuse_attention = true;
 };
 
 // Plans fusion for a graph whose shapes have been inferred.

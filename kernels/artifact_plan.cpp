@@ -74,6 +74,11 @@ void check_artifact_plan(const json& plan, const std::string& path) {
     c.string(b, "mapping_type", f + ".mapping_type");
     for (const char* k : {"members", "inputs", "outputs"}) c.strings(b, k, f + "." + k);
     c.strings(b, "recomputed", f + ".recomputed", false);
+    if (b.contains("pattern")) {
+      c.string(b, "pattern", f + ".pattern");
+      c.strings(b, "pattern_nodes", f + ".pattern_nodes");
+      if (b["pattern_nodes"].size() != 3) c.bad(f + ".pattern_nodes", "must name 3 nodes");
+    }
   }
 }
 

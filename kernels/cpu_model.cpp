@@ -16,6 +16,7 @@
 #include "kernels/conv_probe.h"
 #include "kernels/cross_run.h"
 #include "kernels/emit_cpp.h"
+#include "fusion/attention_pattern.h"
 #include "lowering/stage_reference.h"
 
 namespace fs = std::filesystem;
@@ -515,6 +516,12 @@ void CpuModel::save(const std::string& dir) const {
     blocks.push_back({{"id", b.id}, {"members", mem}, {"anchor", b.anchor == kNoNode ? "" : m.graph.node(b.anchor).name},
                       {"mapping_type", mapping_type_name(b.type)}, {"inputs", b.inputs}, {"outputs", b.outputs},
                       {"recomputed", recomputed}});
+    if (!b.pattern.empty()) {
+      std::vector<std::string> pn;
+      for (NodeId id : b.pattern_nodes) pn.push_back(m.graph.node(id).name);
+      blocks.back()["pattern"] = b.pattern;
+      blocks.back()["pattern_nodes"] = pn;
+    }
   }
   plan["blocks"] = blocks;
   std::vector<std::string> stages;
@@ -575,6 +582,25 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
       r.node = it->second;
       r.decision = "recomputed";
       blk.reasons.push_back(r);
+    }
+    if (b.contains("pattern")) {
+      // An attention block must be one of the model's attention chains, whole: the lowering
+      // reads the chain's operands as the pattern defines them.
+      const std::string what = "artifact plan: block " + std::to_string(blk.id);
+      if (b["pattern"] != "attention") fail(ErrorKind::Io, what + " has the unknown pattern " + b["pattern"].dump());
+      for (auto& n : b.value("pattern_nodes", nlohmann::json::array())) {
+        auto it = by_name.find(n.get<std::string>());
+        if (it == by_name.end()) fail(ErrorKind::Io, "artifact plan names node '" + n.get<std::string>() + "' absent from model.onnx");
+        blk.pattern_nodes.push_back(it->second);
+      }
+      bool found = false;
+      for (const AttentionChain& c : find_attention_chains(g))
+        if (blk.pattern_nodes == std::vector<NodeId>{c.qk, c.softmax, c.pv} && blk.anchor == c.pv) {
+          found = true;
+          for (NodeId id : c.members) found = found && std::find(blk.members.begin(), blk.members.end(), id) != blk.members.end();
+        }
+      if (!found) fail(ErrorKind::Io, what + ": its pattern_nodes are not an attention chain of model.onnx held by the block");
+      blk.pattern = "attention";
     }
     fp.blocks.push_back(blk);
   }

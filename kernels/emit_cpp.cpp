@@ -177,8 +177,12 @@ struct StageEmitter {
   }
 
   // Emits the expression pool and the stores as statements of a generic body (V, r, c in scope).
+  // The first expression this emitter emits: an attention stage's epilogue skips the score
+  // transform's part of the pool (kernel_ir.h), which a sub-emitter prints (attention()).
+  size_t expr_begin = 0;
+
   void emit_exprs(std::ostringstream& o, bool epilogue) {
-    for (size_t i = 0; i < st.exprs.size(); ++i) {
+    for (size_t i = expr_begin; i < st.exprs.size(); ++i) {
       const Expr& e = st.exprs[i];
       std::string n = "e" + std::to_string(i);
       o << "    const V " << n << " = ";
@@ -252,7 +256,7 @@ struct StageEmitter {
     // Decide first, emit after: off_fn writes the offset function into the source.
     std::vector<std::pair<int, int64_t>> loads;
     std::vector<int> stores;
-    for (size_t i = 0; i < st.exprs.size(); ++i) {
+    for (size_t i = expr_begin; i < st.exprs.size(); ++i) {
       const Expr& e = st.exprs[i];
       if (e.kind != Expr::Load || (e.access.affine && (e.access.col_stride == 0 || e.access.col_stride == 1))) continue;
       int64_t stride = 0;
@@ -447,14 +451,10 @@ struct StageEmitter {
     }
   }
 
-  std::string anchor() {
-    body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
-    declare_buffers();
-    const bool vec = st.vectorizable || (st.layout_block <= 0 && plan_anchor_row_split());
-    // A small anchor runs on the calling thread: handing half of a few microseconds of work to a
-    // worker costs about as much as it saves when the worker spins, and several times more when it
-    // sleeps (a 20 us model ran slower at 2 threads than at 1; bench/RESULTS.md, session 13).
-    body << "  nf::Par par{" << (serial_anchor() ? "nullptr" : "ctx") << "};\n  (void)par;\n";
+  // The anchor's epilogue as the functor `ep` (ep(v, r, c): the expressions, the stores but the
+  // primary one, and the value the kernel writes): on vectors, or lane by lane when some access
+  // is not vectorisable.
+  void epilogue_functor(bool vec) {
     body << "  auto body = [&](auto v, int64_t r, int64_t c) {\n    using V = decltype(v);\n    (void)r; (void)c;\n";
     blocked_prelude(body);
     emit_exprs(body, true);
@@ -464,6 +464,63 @@ struct StageEmitter {
     body << "  };\n";
     if (vec) body << "  const auto& ep = body;\n";
     else body << "  nf::LaneSplit<decltype(body)> ep{body};\n";
+  }
+
+  // Fused attention (kernels/microkernels/attention.h): two functors, the score transform on
+  // the scores' rows x score_width view and the epilogue on the output's rows x width view.
+  std::string attention() {
+    body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
+    declare_buffers();
+    // The score transform through a sub-emitter over a stage holding only its expressions (its
+    // off_ helpers get their own names).
+    Stage sc = st;
+    sc.exprs.resize(size_t(st.score_exprs));
+    sc.stores.clear();
+    sc.width = st.score_width;
+    sc.name = st.name + "_sc";
+    sc.vectorizable = true;
+    for (auto& e : sc.exprs)
+      if (e.kind == Expr::Load && (!e.access.affine || (e.access.col_stride != 0 && e.access.col_stride != 1))) sc.vectorizable = false;
+    StageEmitter se(m, sc);
+    const bool score_vec = sc.vectorizable || se.plan_anchor_row_split();
+    se.emit_exprs(se.body, true);
+    pre << "#include \"microkernels/attention.h\"\n" << se.pre.str();
+    body << "  auto score_body = [&](auto v, int64_t r, int64_t c) {\n    using V = decltype(v);\n    (void)r; (void)c;\n"
+         << se.body.str() << "    return e" << st.score_expr << ";\n  };\n";
+    if (score_vec) body << "  const auto& score = score_body;\n";
+    else body << "  nf::LaneSplit<decltype(score_body)> score{score_body};\n";
+    expr_begin = size_t(st.score_exprs);
+    const bool vec = st.vectorizable || plan_anchor_row_split();
+    body << "  nf::Par par{ctx};\n";
+    epilogue_functor(vec);
+    auto table = [&](const char* name) {
+      const auto& t = st.vparams.at(name);
+      body << "  static const int64_t " << name << "[] = {";
+      for (size_t i = 0; i < t.size(); ++i) body << (i ? "," : "") << t[i];
+      body << "};\n";
+    };
+    table("q_off");
+    table("k_off");
+    table("v_off");
+    body << "  nnfuse::mk::AttentionArgs a;\n";
+    body << "  a.batch = " << ip("batch") << "; a.Sq = " << ip("Sq") << "; a.Sk = " << ip("Sk") << "; a.D = " << ip("D") << "; a.Dv = " << ip("Dv")
+         << ";\n";
+    body << "  a.q = " << buf(st.anchor_inputs.at(0)) << "; a.k = " << buf(st.anchor_inputs.at(1)) << "; a.v = " << buf(st.anchor_inputs.at(2))
+         << ";\n  a.q_off = q_off; a.k_off = k_off; a.v_off = v_off;\n";
+    body << "  a.y = " << buf(st.anchor_output) << "; a.nan_to_zero = " << (ip("nan_guard") ? "true" : "false") << ";\n";
+    body << "  nnfuse::mk::attention<nf::A>(a, score, ep, par);\n}\n";
+    return pre.str() + body.str();
+  }
+
+  std::string anchor() {
+    body << "extern \"C\" void " << stage_symbol(st) << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
+    declare_buffers();
+    const bool vec = st.vectorizable || (st.layout_block <= 0 && plan_anchor_row_split());
+    // A small anchor runs on the calling thread: handing half of a few microseconds of work to a
+    // worker costs about as much as it saves when the worker spins, and several times more when it
+    // sleeps (a 20 us model ran slower at 2 threads than at 1; bench/RESULTS.md, session 13).
+    body << "  nf::Par par{" << (serial_anchor() ? "nullptr" : "ctx") << "};\n  (void)par;\n";
+    epilogue_functor(vec);
     std::string y = buf(st.anchor_output);
     auto in = [&](size_t k) { return buf(st.anchor_inputs.at(k)); };
     const std::string& op = st.anchor_op;
@@ -636,7 +693,10 @@ std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
   for (auto& s : m.stages) {
     if (s.kind == StageKind::Fallback) continue;
     StageEmitter se(m, s);
-    std::string code = is_kernel_op_stage(s) ? emit_kernel_op_stage(s) : s.kind == StageKind::Anchor ? se.anchor() : se.elementwise();
+    std::string code = is_kernel_op_stage(s)                                     ? emit_kernel_op_stage(s)
+                       : s.kind == StageKind::Anchor && s.anchor_op == "Attention" ? se.attention()
+                       : s.kind == StageKind::Anchor                               ? se.anchor()
+                                                                                   : se.elementwise();
     NormalisedStage n = normalise_stage(code, s.name);
     auto [it, added] = group_of.emplace(n.code, groups.size());
     if (added) groups.push_back(Group{{}, {}, std::move(code)});

@@ -13,6 +13,12 @@
 //                the members after it cannot be an epilogue, the anchor output is materialised
 //                and an Elementwise stage follows. Members feeding the anchor (prologue) are an
 //                Elementwise stage writing the anchor's input.
+//   Anchor "Attention" (a block whose FusionBlock::pattern is "attention"): softmax(score(Q Kt)) V
+//                as one kernel (kernels/microkernels/attention.h). Its expression pool holds two
+//                parts: exprs [0, score_exprs) are the score transform (the members between the
+//                two MatMuls), evaluated on the scores' rows x score_width view with AnchorValue =
+//                a raw score and value score_expr; the rest is the epilogue after MatMul(p, V) on
+//                the output's rows x width view, as for any anchor. Both views have the same rows.
 //   Fallback     members run one by one with the reference kernels (ops with no lowering yet).
 // Buffers are planned statically into one arena (liveness, reuse, in-place for One-to-One).
 #include <cstdint>
@@ -146,6 +152,10 @@ struct Stage {
   // Kernel-only anchors (LSTM, NonMaxSuppression: lowering/lower_kernel_ops.h) write these
   // buffers directly, with no epilogue; -1 entries are absent optional outputs.
   std::vector<int> kernel_outputs;
+  // Attention (see the header comment): the score transform's part of `exprs` and its value.
+  int score_exprs = 0;
+  int score_expr = -1;
+  int64_t score_width = 0;
   // Fallback
   std::string fallback_reason;
   std::vector<int> inputs, outputs;      // buffers read / written (all kinds)

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <set>
 
+#include "fusion/attention_pattern.h"
 #include "graph/error.h"
 #include "graph/op_registry.h"
 #include "lowering/kernel_ir.h"
@@ -1013,6 +1014,137 @@ struct Lowerer {
     return m;
   }
 
+  // One store per post value: the value's expression (through its forward map from the anchor
+  // output) written through that map.
+  void add_epilogue_stores(StageBuilder& sb, BlockCtx& bc, const std::vector<std::string>& post_outs, std::map<std::string, IndexMap>& fwd) {
+    for (auto& v : post_outs) {
+      Store s;
+      s.buffer = buffer_for(v);
+      if (mod.buffers[size_t(s.buffer)].dtype != DType::Float32) throw NoLowering{"non-float output", "dtype"};
+      s.map = fwd[v];
+      s.expr = expr_of(sb, bc, v, fwd[v]);
+      sb.st.stores.push_back(s);
+    }
+  }
+
+  // Offsets of a batched operand per element of the output batch `ob` (broadcast batch dims
+  // repeat), in units of its matrices of `mat` elements.
+  std::vector<int64_t> batch_offsets(const Shape& ob, const Shape& operand, int64_t mat) {
+    Shape bb(operand.begin(), operand.end() - 2);
+    IndexMap m = then(identity_map(ob), broadcast_step(ob, bb));
+    std::vector<int64_t> off, idx(ob.size(), 0);
+    for (int64_t b = 0, n = shape_numel(ob); b < n; ++b) {
+      int64_t e = b;
+      for (size_t k = ob.size(); k-- > 0;) {
+        idx[k] = e % ob[k];
+        e /= ob[k];
+      }
+      off.push_back(m.offset(idx) * mat);
+    }
+    return off;
+  }
+
+  // An attention block (FusionBlock::pattern): one Anchor stage "Attention" (kernel_ir.h). Q, Kt
+  // and V are read as they lie; block members computing them (recomputed chains) run first, as
+  // any anchor's prologue. The members between the MatMuls become the score transform, those
+  // after MatMul(p, V) its epilogue (or, when they cannot be scattered from its index, stages of
+  // their own after it).
+  std::vector<Stage> lower_attention(const FusionBlock& b, BlockCtx& bc, const std::string& tag) {
+    const Node& qk = g.node(b.pattern_nodes.at(0));
+    const Node& sm = g.node(b.pattern_nodes.at(1));
+    const Node& pv = g.node(b.anchor);
+    std::vector<Stage> stages;
+    std::vector<std::string> pro_values;
+    for (const std::string& v : {qk.inputs[0], qk.inputs[1], pv.inputs[1]})
+      if (bc.producer.count(v) && std::find(pro_values.begin(), pro_values.end(), v) == pro_values.end()) pro_values.push_back(v);
+    for (auto& v : pro_values) buffer_for(v);
+    if (!pro_values.empty()) elementwise_stages(bc, pro_values, stages, tag + "_pro");
+
+    const std::string O = pv.outputs[0];
+    std::map<std::string, std::optional<IndexMap>> fmemo;
+    std::vector<std::string> post_outs, side_outs;
+    std::map<std::string, IndexMap> fwd;
+    bool fused = true;
+    try {
+      for (auto& v : b.outputs) {
+        if (std::find(pro_values.begin(), pro_values.end(), v) != pro_values.end()) continue;
+        if (auto f = forward_map(bc, v, O, fmemo)) {
+          post_outs.push_back(v);
+          fwd[v] = *f;
+        } else {
+          side_outs.push_back(v);
+        }
+      }
+    } catch (const NoLowering&) {
+      fused = false;
+    }
+    if (!fused) {  // materialise the attention output; the members after it run as stages
+      post_outs = {O};
+      fwd = {{O, identity_map(shape_of(O))}};
+      side_outs.clear();
+    } else {
+      if (!side_outs.empty()) elementwise_stages(bc, side_outs, stages, tag + "_side");
+      concat_source_stages(bc, O, post_outs, fmemo, stages, tag);
+    }
+
+    StageBuilder sb;
+    Stage& st = sb.st;
+    st.kind = StageKind::Anchor;
+    st.anchor = pv.id;
+    st.anchor_op = "Attention";
+    const Shape S = shape_of(qk.outputs[0]), Qs = shape_of(qk.inputs[0]), Ks = shape_of(qk.inputs[1]), Vs = shape_of(pv.inputs[1]);
+    const size_t r = S.size();
+    const int64_t Sq = S[r - 2], Sk = S[r - 1], D = Qs.back(), Dv = Vs.back();
+    Expr raw;
+    raw.kind = Expr::AnchorValue;
+    // The score transform, on the scores' index space: AnchorValue is one raw score.
+    st.driver = S;
+    sb.anchor = qk.id;
+    sb.anchor_value = qk.outputs[0];
+    sb.anchor_expr = push(sb, raw);
+    st.score_expr = expr_of(sb, bc, sm.inputs[0], identity_map(S));
+    st.score_exprs = int(st.exprs.size());
+    st.score_width = Sk;
+    // The epilogue, on the output's index space: AnchorValue is one output element.
+    sb.memo.clear();
+    st.driver = shape_of(O);
+    sb.anchor = pv.id;
+    sb.anchor_value = O;
+    sb.anchor_expr = push(sb, raw);
+    const Shape ob(S.begin(), S.end() - 2);
+    const int64_t batch = shape_numel(ob);
+    st.anchor_inputs = {buffer_for(qk.inputs[0]), buffer_for(qk.inputs[1]), buffer_for(pv.inputs[1])};
+    st.iparams = {{"batch", batch}, {"Sq", Sq}, {"Sk", Sk}, {"D", D}, {"Dv", Dv},
+                  {"nan_guard", nan_guard_of(g, sm.outputs[0]) != kNoNode ? 1 : 0}};
+    st.vparams = {{"q_off", batch_offsets(ob, Qs, Sq * D)}, {"k_off", batch_offsets(ob, Ks, D * Sk)}, {"v_off", batch_offsets(ob, Vs, Sk * Dv)}};
+    st.flops = double(batch) * double(Sq) * double(Sk) * (2.0 * double(D + Dv) + 5.0);
+    add_epilogue_stores(sb, bc, post_outs, fwd);
+    st.width = Dv;
+    finish_stage(st);
+    // finish_stage classified every load on the output's view: the score loads live on the
+    // scores' view, and only the epilogue's decide whether the epilogue runs on vectors.
+    st.vectorizable = true;
+    for (size_t i = 0; i < st.exprs.size(); ++i) {
+      Expr& e = st.exprs[i];
+      if (e.kind != Expr::Load) continue;
+      if (int(i) < st.score_exprs) e.access = classify_access(e.map, st.rows, Sk);
+      else if (!e.access.affine || (e.access.col_stride != 0 && e.access.col_stride != 1)) st.vectorizable = false;
+    }
+    for (auto& s : st.stores)
+      if (!s.access.affine || s.access.col_stride != 1) st.vectorizable = false;
+    pick_anchor_output(st);
+    st.name = tag + "_a";
+    stages.push_back(std::move(sb.st));
+    if (!fused) {
+      bc.available.insert(O);
+      std::vector<std::string> rest;
+      for (auto& v : b.outputs)
+        if (v != O && std::find(pro_values.begin(), pro_values.end(), v) == pro_values.end()) rest.push_back(v);
+      if (!rest.empty()) elementwise_stages(bc, rest, stages, tag + "_post");
+    }
+    return stages;
+  }
+
   // Lowers one block into stages; throws NoLowering when a member cannot be lowered.
   std::vector<Stage> lower_block(const FusionBlock& b, bool fuse_epilogue) {
     // Outputs folded at lowering time are weights already: never stored by a stage.
@@ -1035,6 +1167,7 @@ struct Lowerer {
     }
     std::string tag = "b" + std::to_string(b.id);
     std::vector<Stage> stages;
+    if (b.pattern == "attention") return lower_attention(b, bc, tag);
     // A Many-to-Many member that is an expression (a linearly downscaling Resize) anchors no kernel.
     if (b.anchor == kNoNode || dm::lowers_op(g.node(b.anchor).op_type)) {
       for (NodeId id : b.members) {
@@ -1109,14 +1242,7 @@ struct Lowerer {
         StageBuilder sb;
         sb.st.kind = StageKind::Anchor;
         anchor_params(sb, bc, an);
-        for (auto& v : post_outs) {
-          Store s;
-          s.buffer = buffer_for(v);
-          if (mod.buffers[size_t(s.buffer)].dtype != DType::Float32) throw NoLowering{"non-float output", "dtype"};
-          s.map = fwd[v];
-          s.expr = expr_of(sb, bc, v, fwd[v]);
-          sb.st.stores.push_back(s);
-        }
+        add_epilogue_stores(sb, bc, post_outs, fwd);
         finish_stage(sb.st);
         pick_anchor_output(sb.st);
         sb.st.name = tag + "_a";

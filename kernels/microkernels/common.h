@@ -115,7 +115,7 @@ class ScratchBuffer {
 // thread instead of one per instantiation. A kernel uses its slots only while it runs and never
 // calls another kernel meanwhile, so slots are not shared by two live users.
 // ConvPadded is the calling thread's: the workers of its parallel loop read it while it waits.
-enum class ScratchSlot { GemmA = 0, GemmB = 1, Rows = 2, WinogradV = 3, WinogradM = 4, DepthwiseRows = 5, ConvPadded = 6, Count = 7 };
+enum class ScratchSlot { GemmA = 0, GemmB = 1, Rows = 2, WinogradV = 3, WinogradM = 4, DepthwiseRows = 5, ConvPadded = 6, Attention = 7, Count = 8 };
 inline float* thread_scratch(ScratchSlot slot, int64_t nfloats) {
   thread_local ScratchBuffer buffers[int(ScratchSlot::Count)];
   return buffers[int(slot)].get(nfloats);

@@ -115,6 +115,14 @@
 //   the output's magnitude.
 // pool2d_nchwc<Arch>(PoolNchwcArgs, ep, par)  max/average, lane-wise (pool2d semantics).
 // nchw_to_nchwc / nchwc_to_nchw: plain conversions (reference for tests).
+// ============================== 7. Attention (attention.h) ==============================
+// attention<Arch>(AttentionArgs, score, ep, par): per batch element b,
+//   Y_b = softmax_rows(score(Q_b Kt_b)) V_b,  Q_b [Sq, D], Kt_b [D, Sk], V_b [Sk, Dv] row-major at
+//   per-batch offsets (broadcast batch dims repeat one); the Sq x Sk scores are never stored.
+//   score: an epilogue-shaped functor on the scores' [batch*Sq, Sk] view, applied once to every
+//   raw score; ep: on the output's [batch*Sq, Dv] view. nan_to_zero: a row whose softmax is NaN
+//   (every key -inf, or a NaN score) gives zeros (the exporters' Where(IsNaN(p), 0, p) guard).
+//   Online softmax over key tiles: within ~1e-6 relative of the two-pass softmax.
 #include "common.h"
 #include "math.h"
 #include "gemm.h"
@@ -123,3 +131,4 @@
 #include "conv_winograd.h"
 #include "pool.h"
 #include "reduce.h"
+#include "attention.h"
