@@ -26,7 +26,7 @@ test suite (tests/python/test_framework_exports.py, with their --shape bindings)
   python3 bench/peers.py --models zoo-seq,seq-exports --threads 1,2
 Prints a Markdown table per thread count and the geometric means of nnfuse/ORT and nnfuse/OpenVINO,
 with each engine's peak resident set (the largest over its processes: weights, activations and
-runtime; os.wait4's ru_maxrss). `--models long-seq` adds a Whisper-tiny-shaped encoder over 1500
+runtime; measured by GNU time, /usr/bin/time, when present). `--models long-seq` adds a Whisper-tiny-shaped encoder over 1500
 frames (bench/long_seq_models.py), where the attention scores are 54 MB per layer unfused.
 
 --busy N runs N busy-loop processes while the engines are timed (not while nnfuse compiles): a
@@ -99,21 +99,21 @@ def child(engine, model, threads, runs, inputs, out_dir):
 
 
 def run_json(argv, rss=None):
-    """Runs argv and returns its JSON stdout; appends the process's peak resident set in MB to the
-    list `rss` (os.wait4's rusage of that one child: weights, activations and runtime alike)."""
-    import tempfile
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if p.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, argv[:4]))} ... failed: {stderr.strip()[-2000:]}")
+    """Runs argv and returns its JSON stdout. With `rss` (a list), appends the process's peak
+    resident set in MB, as GNU time measures it: its own child's ru_maxrss. (os.wait4 on a direct
+    child is no use: Linux carries the pre-exec high-water mark over exec, and a child forked
+    from this process starts with this process's resident set, the loaded model included.)"""
+    argv = [str(a) for a in argv]
+    timed = rss is not None and os.path.exists("/usr/bin/time")
+    if timed:
+        argv = ["/usr/bin/time", "-f", "NNFUSE_PEAK_RSS_KB=%M"] + argv
+    r = subprocess.run(argv, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:6])} ... failed: {r.stderr.strip()[-2000:]}")
     if rss is not None:
-        rss.append(usage.ru_maxrss / 1024.0)
-    return json.loads(stdout)
+        kb = [line.split("=", 1)[1] for line in r.stderr.splitlines() if line.startswith("NNFUSE_PEAK_RSS_KB=")]
+        rss.append(float(kb[-1]) / 1024.0 if timed and kb else math.nan)
+    return json.loads(r.stdout)
 
 
 def prepare(name, cli, workdir):

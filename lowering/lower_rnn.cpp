@@ -1,6 +1,6 @@
-// LSTM lowered to one kernel-only anchor stage (kernels/microkernels/lstm.h): [W | R]^T packed at
-// load time, per time step one GEMM of [x_t | h_{t-1}] with the bias as epilogue, then the gate
-// nonlinearities and state update.
+// LSTM and GRU lowered to one kernel-only anchor stage each (kernels/microkernels/lstm.h, gru.h):
+// W^T and R^T packed at load time, the input projection of a chunk of steps as one GEMM, per time
+// step GEMMs against R, then the gate nonlinearities and state update.
 #include <algorithm>
 #include <cctype>
 
@@ -9,19 +9,24 @@
 
 namespace nnfuse {
 
-bool is_kernel_op(const Node& n) { return n.domain.empty() && (n.op_type == "LSTM" || n.op_type == "NonMaxSuppression"); }
+bool is_kernel_op(const Node& n) { return n.domain.empty() && (n.op_type == "LSTM" || n.op_type == "GRU" || n.op_type == "NonMaxSuppression"); }
 
 std::string lower_kernel_op(const Node& n, KernelOpContext& cx, Stage& st) {
   st.kind = StageKind::Anchor;
   st.anchor = n.id;
   st.anchor_op = n.op_type;
-  if (n.op_type == "LSTM") return lower_lstm(n, cx, st);
+  if (n.op_type == "LSTM" || n.op_type == "GRU") return lower_recurrent(n, cx, st);
   if (n.op_type == "NonMaxSuppression") return lower_nms(n, cx, st);
   return "not a kernel op";
 }
 
-std::string lower_lstm(const Node& n, KernelOpContext& cx, Stage& st) {
+std::string lower_recurrent(const Node& n, KernelOpContext& cx, Stage& st) {
   const Graph& g = cx.g;
+  // LSTM: X, W, R, B [D, 8H], sequence_lens, initial_h, initial_c, P; outputs Y, Y_h, Y_c.
+  // GRU:  X, W, R, B [D, 6H], sequence_lens, initial_h;              outputs Y, Y_h.
+  const bool gru = n.op_type == "GRU";
+  const int64_t gates = gru ? 3 : 4;
+  const size_t n_in = gru ? 6 : 8, n_out = gru ? 2 : 3;
   auto input = [&](size_t i) -> std::string { return i < n.inputs.size() ? n.inputs[i] : std::string(); };
   auto static_shape = [&](const std::string& v) -> std::optional<Shape> {
     const TensorType& t = g.type(v);
@@ -29,15 +34,17 @@ std::string lower_lstm(const Node& n, KernelOpContext& cx, Stage& st) {
     return t.static_shape();
   };
   for (size_t i : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(5), size_t(6), size_t(7)})
-    if (!input(i).empty() && g.type(input(i)).dtype != DType::Float32)
+    if (i < n_in && !input(i).empty() && g.type(input(i)).dtype != DType::Float32)
       return "input " + std::to_string(i) + " ('" + input(i) + "') is " + dtype_name(g.type(input(i)).dtype) + ", not float32";
-  // Activations: only the defaults (Sigmoid, Tanh, Tanh for every direction) are generated.
+  // Activations: only the defaults (Sigmoid, Tanh, Tanh for LSTM; Sigmoid, Tanh for GRU; for
+  // every direction) are generated.
   if (const Attribute* acts = n.attrs.find("activations")) {
     static const char* kDefault[] = {"sigmoid", "tanh", "tanh"};
+    const size_t per_dir = gru ? 2 : 3;
     for (size_t i = 0; i < acts->strings.size(); ++i) {
       std::string a;
       for (char ch : acts->strings[i]) a += char(std::tolower(static_cast<unsigned char>(ch)));
-      if (a != kDefault[i % 3]) return "activation '" + acts->strings[i] + "' (only the default Sigmoid, Tanh, Tanh are generated)";
+      if (a != kDefault[i % per_dir]) return "activation '" + acts->strings[i] + "' (only the defaults are generated)";
     }
   }
   const std::string dir = n.attrs.get_string("direction", "forward");
@@ -51,9 +58,9 @@ std::string lower_lstm(const Node& n, KernelOpContext& cx, Stage& st) {
   const Tensor* R = cx.constant(input(2));
   if (!W || !R) return "W and R must be constants (they are packed once at load time)";
   const int64_t S = layout == 0 ? (*X)[0] : (*X)[1], B = layout == 0 ? (*X)[1] : (*X)[0], I = (*X)[2];
-  if (R->rank() != 3 || R->dim(0) != D || R->dim(1) % 4 != 0) return "R has shape " + shape_str(R->shape());
+  if (R->rank() != 3 || R->dim(0) != D || R->dim(1) % gates != 0) return "R has shape " + shape_str(R->shape());
   const int64_t H = R->dim(2);
-  if (R->dim(1) != 4 * H || W->rank() != 3 || W->dim(0) != D || W->dim(1) != 4 * H || W->dim(2) != I)
+  if (R->dim(1) != gates * H || W->rank() != 3 || W->dim(0) != D || W->dim(1) != gates * H || W->dim(2) != I)
     return "W " + shape_str(W->shape()) + " / R " + shape_str(R->shape()) + " do not match X " + shape_str(*X);
   if (n.attrs.has("hidden_size") && n.attrs.get_int("hidden_size", 0) != H) return "hidden_size does not match R";
   // Optional inputs must have the shapes ONNX gives them (the reference kernel reports errors).
@@ -64,23 +71,25 @@ std::string lower_lstm(const Node& n, KernelOpContext& cx, Stage& st) {
     return "";
   };
   const Shape state = layout == 0 ? Shape{D, B, H} : Shape{B, D, H};
-  for (auto [i, want] : {std::pair<size_t, Shape>{3, {D, 8 * H}}, {4, {B}}, {5, state}, {6, state}, {7, {D, 3 * H}}})
-    if (auto e = check(i, want); !e.empty()) return e;
+  for (auto [i, want] : {std::pair<size_t, Shape>{3, {D, 2 * gates * H}}, {4, {B}}, {5, state}, {6, state}, {7, {D, 3 * H}}})
+    if (i < n_in)
+      if (auto e = check(i, want); !e.empty()) return e;
   if (!input(4).empty() && g.type(input(4)).dtype != DType::Int32) return "sequence_lens is not int32";
 
   st.anchor_inputs.clear();
-  for (size_t i = 0; i < 8; ++i) st.anchor_inputs.push_back(input(i).empty() ? -1 : cx.buffer(input(i)));
+  for (size_t i = 0; i < n_in; ++i) st.anchor_inputs.push_back(input(i).empty() ? -1 : cx.buffer(input(i)));
   std::vector<int64_t> outs;
-  for (size_t i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < n_out; ++i) {
     int b = i < n.outputs.size() && !n.outputs[i].empty() ? cx.buffer(n.outputs[i]) : -1;
     outs.push_back(b);
     if (b >= 0) st.kernel_outputs.push_back(b);
   }
   st.vparams["outputs"] = outs;
   st.iparams = {{"S", S}, {"B", B}, {"I", I}, {"H", H}, {"D", D}, {"reverse", dir == "reverse"}, {"layout", layout},
-                {"input_forget", n.attrs.get_int("input_forget", 0) != 0}};
+                {"input_forget", !gru && n.attrs.get_int("input_forget", 0) != 0},
+                {"linear_before_reset", gru && n.attrs.get_int("linear_before_reset", 0) != 0}};
   st.fparams["clip"] = n.attrs.has("clip") ? n.attrs.get_float("clip", 0.f) : 0.0;
-  // The packed [W | R]^T, made by the stage's prepare entry point from W and R.
+  // W^T and R^T packed (mk::LstmWeights / GruWeights), made by the stage's prepare entry point.
   st.prepared = cx.new_buffer(DType::Float32, {}, BufferKind::Weight);
   st.flops = node_flops(g, n.id);
   st.driver = {S, B, H};

@@ -58,29 +58,31 @@ NNFUSE_MK_TILE void attn_scores(const float* const* qr, const float* kt, int64_t
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size), R = AttnTile<Arch>::R, NJ = AttnTile<Arch>::NV;
   for (int64_t j = 0; j < n; j += NJ * L) {
-    const int64_t w = std::min<int64_t>(NJ * L, n - j);
     V acc[R][NJ];
 #pragma GCC unroll 8
     for (int64_t r = 0; r < R; ++r)
 #pragma GCC unroll 4
       for (int64_t u = 0; u < NJ; ++u) acc[r][u] = V(0.f);
     const float* kp = kt + j0 + j;
-    if (w == NJ * L) {
-      for (int64_t d = 0; d < D; ++d, kp += Sk) {
-        V kv[NJ];
+    // Columns past the tile (or past Sk: the next row of Kt) are computed and never used; only
+    // the last row of Kt may not be read past its end.
+    const int64_t full_rows = j0 + j + NJ * L <= Sk ? D : D - 1;
+    for (int64_t d = 0; d < full_rows; ++d, kp += Sk) {
+      V kv[NJ];
 #pragma GCC unroll 4
-        for (int64_t u = 0; u < NJ; ++u) kv[u] = V::load_unaligned(kp + u * L);
+      for (int64_t u = 0; u < NJ; ++u) kv[u] = V::load_unaligned(kp + u * L);
 #pragma GCC unroll 8
-        for (int64_t r = 0; r < R; ++r) {
-          const V qv(qr[r][d]);
+      for (int64_t r = 0; r < R; ++r) {
+        const V qv(qr[r][d]);
 #pragma GCC unroll 4
-          for (int64_t u = 0; u < NJ; ++u) acc[r][u] = xsimd::fma(qv, kv[u], acc[r][u]);
-        }
+        for (int64_t u = 0; u < NJ; ++u) acc[r][u] = xsimd::fma(qv, kv[u], acc[r][u]);
       }
-    } else {  // the tile's last columns: partial loads, never past the row's end
-      for (int64_t d = 0; d < D; ++d, kp += Sk) {
+    }
+    if (full_rows < D) {  // the last row of Kt at its end: partial loads
+      const int64_t wl = std::min<int64_t>(NJ * L, Sk - j0 - j);
+      for (int64_t d = full_rows; d < D; ++d, kp += Sk) {
         V kv[NJ];
-        for (int64_t u = 0; u < NJ; ++u) kv[u] = u * L < w ? load_partial<Arch>(kp + u * L, std::min<int64_t>(L, w - u * L)) : V(0.f);
+        for (int64_t u = 0; u < NJ; ++u) kv[u] = u * L < wl ? load_partial<Arch>(kp + u * L, std::min<int64_t>(L, wl - u * L)) : V(0.f);
         for (int64_t r = 0; r < R; ++r) {
           const V qv(qr[r][d]);
           for (int64_t u = 0; u < NJ; ++u) acc[r][u] = xsimd::fma(qv, kv[u], acc[r][u]);

@@ -1,4 +1,4 @@
-// LSTM and NonMaxSuppression as generated kernel-only stages (lowering/lower_kernel_ops.h):
+// LSTM, GRU and NonMaxSuppression as generated kernel-only stages (lowering/lower_kernel_ops.h):
 // lowered without fallback, compiled for the host and run against the reference interpreter; the
 // NMS output's data-dependent row count through a capacity buffer (read by the runtime and by a
 // fallback consumer); and the same graphs as a standalone aarch64 program under qemu.
@@ -42,6 +42,29 @@ Model lstm_model() {
                                          {"clip", A::f(0.8f)}}),
                     "rev");
   for (auto& o : {l1[1], l1[2], l2[0], l2[1]}) gb.output(o);
+  return gb.finish();
+}
+
+// GRUs as PyTorch exports them (linear_before_reset 1), bidirectional with sequence_lens and an
+// initial state, feeding a reverse layout-1 GRU with linear_before_reset 0, clip and no bias.
+Model gru_model() {
+  GraphBuilder gb("gru_ops", 14);
+  const int64_t S = 6, B = 3, I = 5, H = 9;  // H: one full AVX2 vector and a scalar tail
+  auto x = gb.input("x", DType::Float32, {S, B, I});
+  auto lens = gb.input("lens", DType::Int32, {B});
+  auto h0 = gb.input("h0", DType::Float32, {2, B, H});
+  auto w = gb.uniform("w", {2, 3 * H, I}, -0.5f, 0.5f), r = gb.uniform("r", {2, 3 * H, H}, -0.5f, 0.5f);
+  auto bias = gb.uniform("b", {2, 6 * H}, -0.3f, 0.3f);
+  auto g1 = gb.op_n("GRU", {x, w, r, bias, lens, h0}, 2,
+                    GraphBuilder::attrs({{"direction", A::s("bidirectional")}, {"hidden_size", A::i(H)}, {"linear_before_reset", A::i(1)}}),
+                    "bi");
+  auto t = gb.op("Transpose", {g1[0]}, GraphBuilder::attrs({{"perm", A::is({2, 0, 1, 3})}}));
+  auto x2 = gb.op("Reshape", {t, gb.ints("shape", {B, S, 2 * H})});
+  auto w2 = gb.uniform("w2", {1, 3 * H, 2 * H}, -0.5f, 0.5f), r2 = gb.uniform("r2", {1, 3 * H, H}, -0.5f, 0.5f);
+  auto g2 = gb.op_n("GRU", {x2, w2, r2}, 2,
+                    GraphBuilder::attrs({{"direction", A::s("reverse")}, {"hidden_size", A::i(H)}, {"layout", A::i(1)}, {"clip", A::f(0.8f)}}),
+                    "rev");
+  for (auto& o : {g1[1], g2[0], g2[1]}) gb.output(o);
   return gb.finish();
 }
 
@@ -93,6 +116,18 @@ TEST_CASE("codegen: LSTM lowers to a generated kernel and matches the reference"
   check_close(cm->run(feeds), run_reference(m.graph, feeds));
 }
 
+TEST_CASE("codegen: GRU lowers to a generated kernel and matches the reference", "[codegen][gru]") {
+  Model m = gru_model();
+  auto cm = CpuModel::build(m.graph, nullptr, test_compile_options("kernel_ops"));
+  const KernelModule& km = cm->module();
+  CHECK(km.fallback_blocks == 0);
+  int gru_stages = 0;
+  for (auto& s : km.stages) gru_stages += s.anchor_op == "GRU";
+  CHECK(gru_stages == 2);
+  TensorMap feeds = lstm_feeds(m);  // the same x, lens {6, 2, 4} and random states
+  check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
+
 TEST_CASE("codegen: NonMaxSuppression writes a capacity buffer and records its row count", "[codegen][nms]") {
   Model m = nms_model();
   CpuCompileOptions o;
@@ -125,6 +160,10 @@ TEST_CASE("codegen: LSTM and NonMaxSuppression as a standalone aarch64 program u
   KernelModule lk = lower_module(lm.graph, singleton_plan(lm.graph));
   TensorMap lf = lstm_feeds(lm);
   check_close(cross_run(lk, lf, o), run_reference(lm.graph, lf));
+  Model gm = gru_model();
+  KernelModule gk = lower_module(gm.graph, singleton_plan(gm.graph));
+  TensorMap gf = lstm_feeds(gm);
+  check_close(cross_run(gk, gf, o), run_reference(gm.graph, gf));
   // The program has no reference kernels: the Shape consumer is refused, naming it.
   Model nm = nms_model();
   KernelModule nk = lower_module(nm.graph, singleton_plan(nm.graph));
