@@ -565,6 +565,32 @@ def pytorch_speech_frontend(opset: int) -> ExportCase:
     return ExportCase(f"pytorch_speech_frontend_opset{opset}", m, feeds, {x: [2, 1, 400]})
 
 
+def pytorch_gru(opset: int) -> ExportCase:
+    """torch.onnx.export of nn.GRU(16, 24, batch_first=True, bidirectional=True) with its state as
+    an input and output (a streaming speech model), then a Linear head: Transpose to time-major,
+    GRU with linear_before_reset=1 (PyTorch's gate form), the two directions merged by
+    Transpose + Reshape [0, 0, -1], Transpose back to batch-major."""
+    b = Builder(opset, seed=400 + opset)
+    I, H = 16, 24
+    x, h0 = "input", "h0"
+    xt = b.node("Transpose", [x], perm=[1, 0, 2])
+    y, hn = b.node("GRU", [xt, b.weight("onnx::GRU_W", [2, 3 * H, I]), b.weight("onnx::GRU_R", [2, 3 * H, H]),
+                          b.weight("onnx::GRU_B", [2, 6 * H], 0.1), "", h0], n_out=2, hidden_size=H,
+                   direction="bidirectional", linear_before_reset=1)
+    y = b.node("Transpose", [y], perm=[0, 2, 1, 3])
+    y = b.node("Reshape", [y, b.constant(np.array([0, 0, -1], dtype=np.int64))])
+    y = b.node("Transpose", [y], perm=[1, 0, 2])
+    out = b.node("Add", [b.node("MatMul", [y, b.weight("fc.weight_T", [2 * H, 8])]), b.weight("fc.bias", [8], 0.1)])
+    b.nodes[-1].output[0] = "output"
+    b.nodes[1].output[1] = "hn"
+    m = b.model([helper.make_tensor_value_info(x, F32, ["batch", "sequence", I]), helper.make_tensor_value_info(h0, F32, [2, "batch", H])],
+                [helper.make_tensor_value_info("output", F32, ["batch", "sequence", 8]),
+                 helper.make_tensor_value_info("hn", F32, [2, "batch", H])], "pytorch", "main_graph")
+    rng = np.random.default_rng(12)
+    feeds = {x: rng.standard_normal((2, 7, I)).astype(np.float32), h0: rng.standard_normal((2, 2, H)).astype(np.float32) * 0.5}
+    return ExportCase(f"pytorch_gru_opset{opset}", m, feeds, {x: [2, 7, I], h0: [2, 2, H]})
+
+
 CASE_BUILDERS = {
     "pytorch_cnn_opset9": lambda: pytorch_cnn(9),
     "pytorch_cnn_opset11": lambda: pytorch_cnn(11),
@@ -589,6 +615,7 @@ CASE_BUILDERS = {
     "pytorch_unet_decoder_opset13": lambda: pytorch_unet_decoder(13),
     "pytorch_speech_frontend_opset11": lambda: pytorch_speech_frontend(11),
     "pytorch_speech_frontend_opset17": lambda: pytorch_speech_frontend(17),
+    "pytorch_gru_opset14": lambda: pytorch_gru(14),
 }
 
 
