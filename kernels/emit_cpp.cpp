@@ -706,7 +706,7 @@ std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
   // Anchors instantiate microkernel templates and cost most to compile.
   auto compile_cost = [](const Stage& s) {
     if (s.kind != StageKind::Anchor) return 1.0;
-    return s.anchor_op == "Conv" || s.anchor_op == "ConvTranspose" || s.anchor_op == "MatMul" || s.anchor_op == "Gemm" || s.anchor_op == "LSTM" || s.anchor_op == "GRU" ? 10.0 : 3.0;
+    return s.anchor_op == "Conv" || s.anchor_op == "ConvTranspose" || s.anchor_op == "MatMul" || s.anchor_op == "Gemm" || s.anchor_op == "LSTM" || s.anchor_op == "GRU" || s.anchor_op == "RNN" ? 10.0 : 3.0;
   };
   // Every unit pays a fixed price (compiler start, loading the precompiled support header: about
   // 0.15 s CPU, twice an elementwise stage's own cost), so a unit gets at least kMinUnitCost of

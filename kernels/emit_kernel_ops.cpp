@@ -17,48 +17,37 @@ std::string ptr(const std::string& type, int b) {
   return "static_cast<" + type + "*>(B[" + std::to_string(b) + "])";
 }
 
-std::string emit_lstm(const Stage& st) {
-  const std::string sym = stage_symbol(st), W = "nnfuse::mk::LstmWeights<nf::A>";
+// LSTM, GRU and RNN (kernels/microkernels/lstm.h, gru.h, rnn.h): the weights packed by the
+// prepare entry point; the arguments the three share (mk::RecurrentDims, x, bias, sequence_lens,
+// initial_h, clip, Y, Y_h), then each op's own; one kernel call.
+std::string emit_recurrent(const Stage& st) {
+  const std::string& op = st.anchor_op;
+  const std::string kind = op == "LSTM" ? "Lstm" : op == "GRU" ? "Gru" : "Rnn";
+  const std::string header = op == "LSTM" ? "lstm" : op == "GRU" ? "gru" : "rnn";
+  const std::string sym = stage_symbol(st), W = "nnfuse::mk::" + kind + "Weights<nf::A>";
   const auto& in = st.anchor_inputs;
   const auto& out = st.vparams.at("outputs");
   std::ostringstream o;
-  o << "#include \"microkernels/lstm.h\"\n";
+  o << "#include \"microkernels/" << header << ".h\"\n";
   o << emit_prepare_release(st, W, std::to_string(ip(st, "D")) + ", " + std::to_string(ip(st, "I")) + ", " + std::to_string(ip(st, "H")) + ", " +
                                     ptr("const float", in.at(1)) + ", " + ptr("const float", in.at(2)));
   o << "extern \"C\" void " << sym << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
-  o << "  nnfuse::mk::LstmArgs a;\n";
+  o << "  nnfuse::mk::" << kind << "Args a;\n";
   o << "  a.S = " << ip(st, "S") << "; a.B = " << ip(st, "B") << "; a.I = " << ip(st, "I") << "; a.H = " << ip(st, "H") << ";\n";
-  o << "  a.directions = " << ip(st, "D") << "; a.reverse = " << (ip(st, "reverse") ? "true" : "false") << "; a.layout = " << ip(st, "layout")
-    << "; a.input_forget = " << (ip(st, "input_forget") ? "true" : "false") << ";\n";
-  o << "  a.clip = float(" << st.fparams.at("clip") << ");\n";
-  o << "  a.x = " << ptr("const float", in.at(0)) << "; a.bias = " << ptr("const float", in.at(3)) << "; a.seq_lens = " << ptr("const int32_t", in.at(4))
-    << ";\n";
-  o << "  a.h0 = " << ptr("const float", in.at(5)) << "; a.c0 = " << ptr("const float", in.at(6)) << "; a.peepholes = " << ptr("const float", in.at(7))
-    << ";\n";
-  o << "  a.y = " << ptr("float", int(out.at(0))) << "; a.y_h = " << ptr("float", int(out.at(1))) << "; a.y_c = " << ptr("float", int(out.at(2)))
-    << ";\n";
-  o << "  nnfuse::mk::lstm<nf::A>(a, *static_cast<const " << W << "*>(B[" << st.prepared << "]), nf::Par{ctx});\n}\n";
-  return o.str();
-}
-
-std::string emit_gru(const Stage& st) {
-  const std::string sym = stage_symbol(st), W = "nnfuse::mk::GruWeights<nf::A>";
-  const auto& in = st.anchor_inputs;
-  const auto& out = st.vparams.at("outputs");
-  std::ostringstream o;
-  o << "#include \"microkernels/gru.h\"\n";
-  o << emit_prepare_release(st, W, std::to_string(ip(st, "D")) + ", " + std::to_string(ip(st, "I")) + ", " + std::to_string(ip(st, "H")) + ", " +
-                                    ptr("const float", in.at(1)) + ", " + ptr("const float", in.at(2)));
-  o << "extern \"C\" void " << sym << "(const nnfuse_exec_ctx* ctx, void* const* B) {\n";
-  o << "  nnfuse::mk::GruArgs a;\n";
-  o << "  a.S = " << ip(st, "S") << "; a.B = " << ip(st, "B") << "; a.I = " << ip(st, "I") << "; a.H = " << ip(st, "H") << ";\n";
-  o << "  a.directions = " << ip(st, "D") << "; a.reverse = " << (ip(st, "reverse") ? "true" : "false") << "; a.layout = " << ip(st, "layout")
-    << "; a.linear_before_reset = " << (ip(st, "linear_before_reset") ? "true" : "false") << ";\n";
+  o << "  a.directions = " << ip(st, "D") << "; a.reverse = " << (ip(st, "reverse") ? "true" : "false") << "; a.layout = " << ip(st, "layout") << ";\n";
   o << "  a.clip = float(" << st.fparams.at("clip") << ");\n";
   o << "  a.x = " << ptr("const float", in.at(0)) << "; a.bias = " << ptr("const float", in.at(3)) << "; a.seq_lens = " << ptr("const int32_t", in.at(4))
     << "; a.h0 = " << ptr("const float", in.at(5)) << ";\n";
   o << "  a.y = " << ptr("float", int(out.at(0))) << "; a.y_h = " << ptr("float", int(out.at(1))) << ";\n";
-  o << "  nnfuse::mk::gru<nf::A>(a, *static_cast<const " << W << "*>(B[" << st.prepared << "]), nf::Par{ctx});\n}\n";
+  if (op == "LSTM") {
+    o << "  a.c0 = " << ptr("const float", in.at(6)) << "; a.peepholes = " << ptr("const float", in.at(7)) << "; a.y_c = " << ptr("float", int(out.at(2)))
+      << "; a.input_forget = " << (ip(st, "input_forget") ? "true" : "false") << ";\n";
+  } else if (op == "GRU") {
+    o << "  a.linear_before_reset = " << (ip(st, "linear_before_reset") ? "true" : "false") << ";\n";
+  } else {
+    o << "  a.act[0] = nnfuse::mk::RnnActivation(" << ip(st, "act0") << "); a.act[1] = nnfuse::mk::RnnActivation(" << ip(st, "act1") << ");\n";
+  }
+  o << "  nnfuse::mk::" << header << "<nf::A>(a, *static_cast<const " << W << "*>(B[" << st.prepared << "]), nf::Par{ctx});\n}\n";
   return o.str();
 }
 
@@ -81,12 +70,12 @@ std::string emit_nms(const Stage& st) {
 }  // namespace
 
 bool is_kernel_op_stage(const Stage& s) {
-  return s.kind == StageKind::Anchor && (s.anchor_op == "LSTM" || s.anchor_op == "GRU" || s.anchor_op == "NonMaxSuppression");
+  return s.kind == StageKind::Anchor &&
+         (s.anchor_op == "LSTM" || s.anchor_op == "GRU" || s.anchor_op == "RNN" || s.anchor_op == "NonMaxSuppression");
 }
 
 std::string emit_kernel_op_stage(const Stage& s) {
-  if (s.anchor_op == "LSTM") return emit_lstm(s);
-  if (s.anchor_op == "GRU") return emit_gru(s);
+  if (s.anchor_op == "LSTM" || s.anchor_op == "GRU" || s.anchor_op == "RNN") return emit_recurrent(s);
   if (s.anchor_op == "NonMaxSuppression") return emit_nms(s);
   fail(ErrorKind::Unsupported, "emitter: no code for kernel op " + s.anchor_op + " (stage " + s.name + ")");
 }

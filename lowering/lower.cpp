@@ -1353,7 +1353,7 @@ struct Lowerer {
       if (st.kind != StageKind::Anchor || st.prepared < 0) continue;
       std::vector<size_t> packed;
       if (st.anchor_op == "MatMul" || st.anchor_op == "Gemm" || (st.anchor_op == "Conv" && st.layout_block > 0)) packed = {1};
-      else if (st.anchor_op == "LSTM" || st.anchor_op == "GRU") packed = {1, 2};
+      else if (st.anchor_op == "LSTM" || st.anchor_op == "GRU" || st.anchor_op == "RNN") packed = {1, 2};
       for (size_t k : packed)
         if (k < st.anchor_inputs.size() && st.anchor_inputs[k] >= 0 && mod.buffers[size_t(st.anchor_inputs[k])].kind == BufferKind::Weight)
           st.prepare_only.push_back(st.anchor_inputs[k]);

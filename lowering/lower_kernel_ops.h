@@ -1,7 +1,7 @@
 #pragma once
 // Ops lowered to a single microkernel call with no fused members (the planner keeps them in
-// blocks of their own: fusion/target.cpp lists them as unfusable): LSTM and GRU (lower_rnn.cpp,
-// kernels/microkernels/lstm.h, gru.h) and NonMaxSuppression (lower_nms.cpp, microkernels/nms.h).
+// blocks of their own: fusion/target.cpp lists them as unfusable): LSTM, GRU and RNN
+// (lower_rnn.cpp, kernels/microkernels/lstm.h, gru.h, rnn.h) and NonMaxSuppression (lower_nms.cpp, microkernels/nms.h).
 // Each becomes one Anchor stage whose anchor_op names the op; the emitter's code for it is in
 // kernels/emit_kernel_ops.cpp. Internal to lowering/ and kernels/.
 #include <functional>
@@ -28,7 +28,7 @@ bool is_kernel_op(const Node& n);
 // Fills `st` (kind, anchor_op, anchor_inputs, kernel_outputs, parameters, prepared slot) for the
 // op `n`; returns "" on success, else why the op cannot be lowered (the block then falls back).
 std::string lower_kernel_op(const Node& n, KernelOpContext& cx, Stage& st);
-std::string lower_recurrent(const Node& n, KernelOpContext& cx, Stage& st);  // LSTM, GRU
+std::string lower_recurrent(const Node& n, KernelOpContext& cx, Stage& st);  // LSTM, GRU, RNN
 std::string lower_nms(const Node& n, KernelOpContext& cx, Stage& st);
 
 }  // namespace nnfuse

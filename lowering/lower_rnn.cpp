@@ -1,4 +1,5 @@
-// LSTM and GRU lowered to one kernel-only anchor stage each (kernels/microkernels/lstm.h, gru.h):
+// LSTM, GRU and RNN lowered to one kernel-only anchor stage each (kernels/microkernels/lstm.h,
+// gru.h, rnn.h):
 // W^T and R^T packed at load time, the input projection of a chunk of steps as one GEMM, per time
 // step GEMMs against R, then the gate nonlinearities and state update.
 #include <algorithm>
@@ -9,13 +10,15 @@
 
 namespace nnfuse {
 
-bool is_kernel_op(const Node& n) { return n.domain.empty() && (n.op_type == "LSTM" || n.op_type == "GRU" || n.op_type == "NonMaxSuppression"); }
+bool is_kernel_op(const Node& n) {
+  return n.domain.empty() && (n.op_type == "LSTM" || n.op_type == "GRU" || n.op_type == "RNN" || n.op_type == "NonMaxSuppression");
+}
 
 std::string lower_kernel_op(const Node& n, KernelOpContext& cx, Stage& st) {
   st.kind = StageKind::Anchor;
   st.anchor = n.id;
   st.anchor_op = n.op_type;
-  if (n.op_type == "LSTM" || n.op_type == "GRU") return lower_recurrent(n, cx, st);
+  if (n.op_type == "LSTM" || n.op_type == "GRU" || n.op_type == "RNN") return lower_recurrent(n, cx, st);
   if (n.op_type == "NonMaxSuppression") return lower_nms(n, cx, st);
   return "not a kernel op";
 }
@@ -24,9 +27,10 @@ std::string lower_recurrent(const Node& n, KernelOpContext& cx, Stage& st) {
   const Graph& g = cx.g;
   // LSTM: X, W, R, B [D, 8H], sequence_lens, initial_h, initial_c, P; outputs Y, Y_h, Y_c.
   // GRU:  X, W, R, B [D, 6H], sequence_lens, initial_h;              outputs Y, Y_h.
-  const bool gru = n.op_type == "GRU";
-  const int64_t gates = gru ? 3 : 4;
-  const size_t n_in = gru ? 6 : 8, n_out = gru ? 2 : 3;
+  // RNN:  X, W, R, B [D, 2H], sequence_lens, initial_h;              outputs Y, Y_h.
+  const bool lstm = n.op_type == "LSTM", gru = n.op_type == "GRU";
+  const int64_t gates = lstm ? 4 : gru ? 3 : 1;
+  const size_t n_in = lstm ? 8 : 6, n_out = lstm ? 3 : 2;
   auto input = [&](size_t i) -> std::string { return i < n.inputs.size() ? n.inputs[i] : std::string(); };
   auto static_shape = [&](const std::string& v) -> std::optional<Shape> {
     const TensorType& t = g.type(v);
@@ -36,16 +40,24 @@ std::string lower_recurrent(const Node& n, KernelOpContext& cx, Stage& st) {
   for (size_t i : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(5), size_t(6), size_t(7)})
     if (i < n_in && !input(i).empty() && g.type(input(i)).dtype != DType::Float32)
       return "input " + std::to_string(i) + " ('" + input(i) + "') is " + dtype_name(g.type(input(i)).dtype) + ", not float32";
-  // Activations: only the defaults (Sigmoid, Tanh, Tanh for LSTM; Sigmoid, Tanh for GRU; for
-  // every direction) are generated.
+  // Activations: the LSTM's and GRU's defaults (Sigmoid, Tanh, Tanh; Sigmoid, Tanh) for every
+  // direction; an RNN's Tanh (the default), Relu or Sigmoid per direction (mk::RnnActivation).
+  std::vector<int64_t> rnn_acts = {0, 0};
   if (const Attribute* acts = n.attrs.find("activations")) {
     static const char* kDefault[] = {"sigmoid", "tanh", "tanh"};
-    const size_t per_dir = gru ? 2 : 3;
+    const size_t per_dir = lstm ? 3 : 2;
     for (size_t i = 0; i < acts->strings.size(); ++i) {
       std::string a;
       for (char ch : acts->strings[i]) a += char(std::tolower(static_cast<unsigned char>(ch)));
-      if (a != kDefault[i % per_dir]) return "activation '" + acts->strings[i] + "' (only the defaults are generated)";
+      if (!lstm && !gru) {
+        const int64_t code = a == "tanh" ? 0 : a == "relu" ? 1 : a == "sigmoid" ? 2 : -1;
+        if (code < 0 || i > 1) return "activation '" + acts->strings[i] + "' (Tanh, Relu and Sigmoid are generated)";
+        rnn_acts[i] = code;
+      } else if (a != kDefault[i % per_dir]) {
+        return "activation '" + acts->strings[i] + "' (only the defaults are generated)";
+      }
     }
+    if (!lstm && !gru && acts->strings.size() == 1) rnn_acts[1] = rnn_acts[0];
   }
   const std::string dir = n.attrs.get_string("direction", "forward");
   if (dir != "forward" && dir != "reverse" && dir != "bidirectional") return "direction '" + dir + "'";
@@ -86,8 +98,9 @@ std::string lower_recurrent(const Node& n, KernelOpContext& cx, Stage& st) {
   }
   st.vparams["outputs"] = outs;
   st.iparams = {{"S", S}, {"B", B}, {"I", I}, {"H", H}, {"D", D}, {"reverse", dir == "reverse"}, {"layout", layout},
-                {"input_forget", !gru && n.attrs.get_int("input_forget", 0) != 0},
-                {"linear_before_reset", gru && n.attrs.get_int("linear_before_reset", 0) != 0}};
+                {"input_forget", lstm && n.attrs.get_int("input_forget", 0) != 0},
+                {"linear_before_reset", gru && n.attrs.get_int("linear_before_reset", 0) != 0},
+                {"act0", rnn_acts[0]}, {"act1", rnn_acts[1]}};
   st.fparams["clip"] = n.attrs.has("clip") ? n.attrs.get_float("clip", 0.f) : 0.0;
   // W^T and R^T packed (mk::LstmWeights / GruWeights), made by the stage's prepare entry point.
   st.prepared = cx.new_buffer(DType::Float32, {}, BufferKind::Weight);

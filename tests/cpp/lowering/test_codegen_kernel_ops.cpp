@@ -1,4 +1,4 @@
-// LSTM, GRU and NonMaxSuppression as generated kernel-only stages (lowering/lower_kernel_ops.h):
+// LSTM, GRU, RNN and NonMaxSuppression as generated kernel-only stages (lowering/lower_kernel_ops.h):
 // lowered without fallback, compiled for the host and run against the reference interpreter; the
 // NMS output's data-dependent row count through a capacity buffer (read by the runtime and by a
 // fallback consumer); and the same graphs as a standalone aarch64 program under qemu.
@@ -68,6 +68,29 @@ Model gru_model() {
   return gb.finish();
 }
 
+// RNN (Elman) cells: bidirectional with Relu forward and Tanh backward, sequence_lens and an
+// initial state, feeding a layout-1 forward cell with Sigmoid and clip.
+Model rnn_model() {
+  GraphBuilder gb("rnn_ops", 14);
+  const int64_t S = 6, B = 3, I = 5, H = 9;
+  auto x = gb.input("x", DType::Float32, {S, B, I});
+  auto lens = gb.input("lens", DType::Int32, {B});
+  auto h0 = gb.input("h0", DType::Float32, {2, B, H});
+  auto w = gb.uniform("w", {2, H, I}, -0.5f, 0.5f), r = gb.uniform("r", {2, H, H}, -0.5f, 0.5f);
+  auto bias = gb.uniform("b", {2, 2 * H}, -0.3f, 0.3f);
+  const Attribute acts = Attribute::make_strings({"Relu", "Tanh"});
+  auto r1 = gb.op_n("RNN", {x, w, r, bias, lens, h0}, 2,
+                    GraphBuilder::attrs({{"direction", A::s("bidirectional")}, {"hidden_size", A::i(H)}, {"activations", acts}}), "bi");
+  auto t = gb.op("Transpose", {r1[0]}, GraphBuilder::attrs({{"perm", A::is({2, 0, 1, 3})}}));
+  auto x2 = gb.op("Reshape", {t, gb.ints("shape", {B, S, 2 * H})});
+  auto w2 = gb.uniform("w2", {1, H, 2 * H}, -0.5f, 0.5f), r2 = gb.uniform("r2", {1, H, H}, -0.5f, 0.5f);
+  const Attribute sig = Attribute::make_strings({"Sigmoid"});
+  auto r2o = gb.op_n("RNN", {x2, w2, r2}, 2,
+                     GraphBuilder::attrs({{"hidden_size", A::i(H)}, {"layout", A::i(1)}, {"clip", A::f(0.8f)}, {"activations", sig}}), "fwd");
+  for (auto& o : {r1[1], r2o[0], r2o[1]}) gb.output(o);
+  return gb.finish();
+}
+
 // NonMaxSuppression whose selection may also feed Shape (a fallback block reading the trimmed rows).
 Model nms_model(bool with_shape = true) {
   GraphBuilder gb("nms_ops", 13);
@@ -101,32 +124,28 @@ TensorMap nms_feeds(const Model& m) {
 
 }  // namespace
 
-TEST_CASE("codegen: LSTM lowers to a generated kernel and matches the reference", "[codegen][lstm]") {
-  Model m = lstm_model();
-  CpuCompileOptions o;
-  o.cache_dir = test_cache_dir("kernel_ops");
-  o.threads = 2;
-  auto cm = CpuModel::build(m.graph, nullptr, o);
+namespace {
+
+// The model's two recurrent nodes (`op`) lower to generated kernel stages, nothing falls back, and
+// the outputs match the reference with x, lens {6, 2, 4} and random states.
+void check_recurrent(const Model& m, const std::string& op) {
+  auto cm = CpuModel::build(m.graph, nullptr, test_compile_options("kernel_ops"));
   const KernelModule& km = cm->module();
   CHECK(km.fallback_blocks == 0);
-  int lstm_stages = 0;
-  for (auto& s : km.stages) lstm_stages += s.anchor_op == "LSTM";
-  CHECK(lstm_stages == 2);
+  int stages = 0;
+  for (auto& s : km.stages) stages += s.anchor_op == op;
+  CHECK(stages == 2);
   TensorMap feeds = lstm_feeds(m);
   check_close(cm->run(feeds), run_reference(m.graph, feeds));
 }
 
-TEST_CASE("codegen: GRU lowers to a generated kernel and matches the reference", "[codegen][gru]") {
-  Model m = gru_model();
-  auto cm = CpuModel::build(m.graph, nullptr, test_compile_options("kernel_ops"));
-  const KernelModule& km = cm->module();
-  CHECK(km.fallback_blocks == 0);
-  int gru_stages = 0;
-  for (auto& s : km.stages) gru_stages += s.anchor_op == "GRU";
-  CHECK(gru_stages == 2);
-  TensorMap feeds = lstm_feeds(m);  // the same x, lens {6, 2, 4} and random states
-  check_close(cm->run(feeds), run_reference(m.graph, feeds));
-}
+}  // namespace
+
+TEST_CASE("codegen: LSTM lowers to a generated kernel and matches the reference", "[codegen][lstm]") { check_recurrent(lstm_model(), "LSTM"); }
+
+TEST_CASE("codegen: GRU lowers to a generated kernel and matches the reference", "[codegen][gru]") { check_recurrent(gru_model(), "GRU"); }
+
+TEST_CASE("codegen: RNN lowers to a generated kernel and matches the reference", "[codegen][rnn]") { check_recurrent(rnn_model(), "RNN"); }
 
 TEST_CASE("codegen: NonMaxSuppression writes a capacity buffer and records its row count", "[codegen][nms]") {
   Model m = nms_model();
@@ -164,6 +183,10 @@ TEST_CASE("codegen: LSTM and NonMaxSuppression as a standalone aarch64 program u
   KernelModule gk = lower_module(gm.graph, singleton_plan(gm.graph));
   TensorMap gf = lstm_feeds(gm);
   check_close(cross_run(gk, gf, o), run_reference(gm.graph, gf));
+  Model rm = rnn_model();
+  KernelModule rk = lower_module(rm.graph, singleton_plan(rm.graph));
+  TensorMap rf = lstm_feeds(rm);
+  check_close(cross_run(rk, rf, o), run_reference(rm.graph, rf));
   // The program has no reference kernels: the Shape consumer is refused, naming it.
   Model nm = nms_model();
   KernelModule nk = lower_module(nm.graph, singleton_plan(nm.graph));
