@@ -9,7 +9,8 @@ namespace nnfuse {
 namespace {
 
 // Links of the score transform: element-wise on the scores, other operands broadcast onto them.
-const std::set<std::string> kScoreOps = {"Add", "Sub", "Mul", "Div", "Where", "Tanh", "Max", "Min"};
+// Cast (float to float) and Identity are links too: exporters upcast the scores before the softmax.
+const std::set<std::string> kScoreOps = {"Add", "Sub", "Mul", "Div", "Where", "Tanh", "Max", "Min", "Cast", "Identity"};
 
 bool static_float(const Graph& g, const std::string& v) {
   const TensorType& t = g.type(v);
@@ -35,7 +36,37 @@ bool broadcasts_onto(const Shape& in, const Shape& out) {
   return true;
 }
 
+// A node that passes its one float input through unchanged at inference: Identity, Cast to
+// float32 of a float32 value, Dropout without a training_mode input or mask output.
+bool identity_link(const Graph& g, const Node& n) {
+  if (!plain_node(n) || n.inputs.empty() || n.inputs[0].empty() || !static_float(g, n.inputs[0])) return false;
+  if (n.op_type == "Identity") return true;
+  if (n.op_type == "Cast") return n.attrs.get_int("to", 0) == int64_t(DType::Float32);
+  if (n.op_type == "Dropout") return n.inputs.size() < 3 || n.inputs[2].empty();
+  return false;
+}
+
 }  // namespace
+
+std::string after_softmax(const Graph& g, NodeId softmax, bool* guarded, std::vector<NodeId>* links) {
+  std::string p = g.node(softmax).outputs[0];
+  bool guard = false;
+  for (int k = 0; k < 8; ++k) {
+    NodeId isnan = kNoNode;
+    if (NodeId w = guard ? kNoNode : nan_guard_of(g, p, &isnan); w != kNoNode) {
+      guard = true;
+      if (links) links->insert(links->end(), {isnan, w});
+      p = g.node(w).outputs[0];
+      continue;
+    }
+    const NodeId u = only_use(g, p);
+    if (u == kNoNode || !identity_link(g, g.node(u))) break;
+    if (links) links->push_back(u);
+    p = g.node(u).outputs[0];
+  }
+  if (guarded) *guarded = guard;
+  return p;
+}
 
 NodeId nan_guard_of(const Graph& g, const std::string& p, NodeId* isnan) {
   if (g.is_output(p)) return kNoNode;
@@ -75,16 +106,10 @@ std::vector<AttentionChain> find_attention_chains(const Graph& g) {
 
     AttentionChain c;
     c.softmax = sid;
-    // After the softmax: the optional NaN guard, then MatMul(p, V).
-    std::string p = sm.outputs[0];
-    NodeId isnan = kNoNode;
+    // After the softmax: the optional NaN guard and identity links, then MatMul(p, V).
     std::vector<NodeId> after;
-    if (NodeId w = nan_guard_of(g, p, &isnan); w != kNoNode) {
-      c.nan_guard = true;
-      after = {isnan, w};
-      p = g.node(w).outputs[0];
-      if (!static_float(g, p) || g.type(p).static_shape() != S) continue;
-    }
+    const std::string p = after_softmax(g, sid, &c.nan_guard, &after);
+    if (!static_float(g, p) || g.type(p).static_shape() != S) continue;
     NodeId pv = only_use(g, p);
     if (pv == kNoNode) continue;
     const Node& pvn = g.node(pv);

@@ -1115,7 +1115,7 @@ struct Lowerer {
     const int64_t batch = shape_numel(ob);
     st.anchor_inputs = {buffer_for(qk.inputs[0]), buffer_for(qk.inputs[1]), buffer_for(pv.inputs[1])};
     st.iparams = {{"batch", batch}, {"Sq", Sq}, {"Sk", Sk}, {"D", D}, {"Dv", Dv},
-                  {"nan_guard", nan_guard_of(g, sm.outputs[0]) != kNoNode ? 1 : 0}};
+                  {"nan_guard", [&] { bool guard = false; after_softmax(g, sm.id, &guard); return guard ? 1 : 0; }()}};
     st.vparams = {{"q_off", batch_offsets(ob, Qs, Sq * D)}, {"k_off", batch_offsets(ob, Ks, D * Sk)}, {"v_off", batch_offsets(ob, Vs, Sk * Dv)}};
     st.flops = double(batch) * double(Sq) * double(Sk) * (2.0 * double(D + Dv) + 5.0);
     add_epilogue_stores(sb, bc, post_outs, fwd);

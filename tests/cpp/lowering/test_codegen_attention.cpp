@@ -27,6 +27,7 @@ struct AttnCase {
   bool kv_broadcast = false;    // K and V have one head shared by every query head
   bool merge_heads = true;      // Transpose + Reshape after MatMul(p, V) (the epilogue)
   bool probs_output = false;    // the softmax output is a graph output too: no fusion
+  bool pass_through = false;    // float Casts around the softmax and an inference Dropout after it
 };
 
 Model attention_model(const AttnCase& c) {
@@ -57,8 +58,10 @@ Model attention_model(const AttnCase& c) {
       for (int64_t j = 0; j < c.Sk; ++j) tri.data<bool>()[i * c.Sk + j] = j <= i + (c.Sk - c.Sq);
     s = gb.op("Where", {gb.constant("causal", tri), s, gb.scalar("fill", -10000.f)});
   }
+  if (c.pass_through) s = gb.op("Cast", {s}, GraphBuilder::attrs({{"to", A::i(int64_t(DType::Float32))}}));
   std::string p = gb.op("Softmax", {s}, GraphBuilder::attrs({{"axis", A::i(-1)}}));
   if (c.probs_output) gb.output(p);
+  if (c.pass_through) p = gb.op("Dropout", {gb.op("Cast", {p}, GraphBuilder::attrs({{"to", A::i(int64_t(DType::Float32))}}))});
   if (c.mask == Mask::DynamoGuard) p = gb.op("Where", {gb.op("IsNaN", {p}), gb.scalar("z", 0.f), p});
   std::string o = gb.op("MatMul", {p, v});
   if (c.merge_heads) {
@@ -135,6 +138,10 @@ TEST_CASE("codegen: fused attention matches the reference (odd sizes and masks)"
   SECTION("dynamo mask with the NaN guard and a fully masked batch row") { c.mask = Mask::DynamoGuard; }
   SECTION("K and V broadcast over the heads") { c.kv_broadcast = true; }
   SECTION("no head merge after the product with V") { c.merge_heads = false; }
+  SECTION("float Casts and an inference Dropout around the softmax") {
+    c.pass_through = true;
+    c.mask = Mask::Causal;
+  }
   check_attention_case(c);
 }
 
