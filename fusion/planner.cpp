@@ -152,8 +152,12 @@ class Planner {
       bool ok = true;
       for (size_t i = 1; i < c.members.size() && ok; ++i) {
         const NodeId m = c.members[i];
+        const std::string label = cell_label(vs_[size_t(v)].type, mtype_[m]);
         ok = try_merge(v, vertex_of_[m], v);
-        if (ok) vs_[size_t(v)].reasons.push_back({m, c.members[i - 1], "attention", "pattern"});
+        if (ok) {
+          vs_[size_t(v)].type = MappingType::ManyToMany;  // from the first Softmax/MatMul on
+          vs_[size_t(v)].reasons.push_back({m, c.members[i - 1], label, "attention"});
+        }
       }
       if (!ok) fail(ErrorKind::Runtime, "fusion planner: attention chain at " + g_.node(c.softmax).label() + " closes a cycle");
       Vertex& vx = vs_[size_t(v)];

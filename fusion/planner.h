@@ -28,8 +28,9 @@ struct MemberReason {
   NodeId node = kNoNode;
   NodeId partner = kNoNode;  // the member it was fused with (kNoNode for the seed)
   std::string cell;          // "seed" or the table cell, e.g. "Many-to-Many+One-to-One"
-  // "seed", "profitable", "cost-model", "profiled", "profile-cache", "no-profile", or
-  // "recomputed" (a copy of a cheap chain computed again in this block; see fusion/recompute.h)
+  // "seed", "profitable", "cost-model", "profiled", "profile-cache", "no-profile",
+  // "recomputed" (a copy of a cheap chain computed again in this block; see fusion/recompute.h),
+  // or "attention" (a member of an attention chain fused whole; fusion/attention_pattern.h)
   std::string decision;
 };
 

@@ -64,7 +64,7 @@ def test_zoo_plan_report(cli, export_cache, model, opset):
         assert b["members"][0]["joined_by"] == "seed"
         for mem in b["members"][1:]:
             assert "+" in mem["joined_by"] and mem["decision"] in (
-                "profitable", "cost-model", "no-profile", "profiled", "profile-cache", "recomputed")
+                "profitable", "cost-model", "no-profile", "profiled", "profile-cache", "recomputed", "attention")
             assert mem["decision"] != "recomputed" or mem["mapping_type"] != "Many-to-Many"
 
 
