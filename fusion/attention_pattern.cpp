@@ -46,6 +46,29 @@ bool identity_link(const Graph& g, const Node& n) {
   return false;
 }
 
+// The NaN guard after a Softmax whose output is `p`, if `p` has exactly the two uses of
+// Where(IsNaN(p), 0, p): returns the Where node (`isnan` gets the IsNaN node), else kNoNode.
+NodeId nan_guard_of(const Graph& g, const std::string& p, NodeId* isnan) {
+  if (g.is_output(p)) return kNoNode;
+  const auto& uses = g.consumers(p);
+  if (uses.size() != 2) return kNoNode;
+  NodeId nan = kNoNode, where = kNoNode;
+  for (const Use& u : uses) {
+    const Node& n = g.node(u.node);
+    if (!n.domain.empty()) return kNoNode;
+    if (n.op_type == "IsNaN") nan = u.node;
+    else if (n.op_type == "Where" && u.slot == 2) where = u.node;
+  }
+  if (nan == kNoNode || where == kNoNode) return kNoNode;
+  const Node& w = g.node(where);
+  const Node& in = g.node(nan);
+  if (in.outputs.size() != 1 || w.inputs.size() != 3 || w.inputs[0] != in.outputs[0] || only_use(g, in.outputs[0]) != where) return kNoNode;
+  const Tensor* zero = g.constant_value(w.inputs[1]);
+  if (!zero || zero->numel() != 1 || zero->dtype() != DType::Float32 || zero->as_double(0) != 0.0) return kNoNode;
+  if (isnan) *isnan = nan;
+  return where;
+}
+
 }  // namespace
 
 std::string after_softmax(const Graph& g, NodeId softmax, bool* guarded, std::vector<NodeId>* links) {
@@ -66,27 +89,6 @@ std::string after_softmax(const Graph& g, NodeId softmax, bool* guarded, std::ve
   }
   if (guarded) *guarded = guard;
   return p;
-}
-
-NodeId nan_guard_of(const Graph& g, const std::string& p, NodeId* isnan) {
-  if (g.is_output(p)) return kNoNode;
-  const auto& uses = g.consumers(p);
-  if (uses.size() != 2) return kNoNode;
-  NodeId nan = kNoNode, where = kNoNode;
-  for (const Use& u : uses) {
-    const Node& n = g.node(u.node);
-    if (!n.domain.empty()) return kNoNode;
-    if (n.op_type == "IsNaN") nan = u.node;
-    else if (n.op_type == "Where" && u.slot == 2) where = u.node;
-  }
-  if (nan == kNoNode || where == kNoNode) return kNoNode;
-  const Node& w = g.node(where);
-  const Node& in = g.node(nan);
-  if (in.outputs.size() != 1 || w.inputs.size() != 3 || w.inputs[0] != in.outputs[0] || only_use(g, in.outputs[0]) != where) return kNoNode;
-  const Tensor* zero = g.constant_value(w.inputs[1]);
-  if (!zero || zero->numel() != 1 || zero->dtype() != DType::Float32 || zero->as_double(0) != 0.0) return kNoNode;
-  if (isnan) *isnan = nan;
-  return where;
 }
 
 std::vector<AttentionChain> find_attention_chains(const Graph& g) {

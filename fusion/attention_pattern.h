@@ -40,8 +40,4 @@ std::vector<AttentionChain> find_attention_chains(const Graph& g);
 // guard is among them; `links` gets their nodes in order.
 std::string after_softmax(const Graph& g, NodeId softmax, bool* guarded = nullptr, std::vector<NodeId>* links = nullptr);
 
-// The NaN guard after a Softmax whose output is `p`, if `p` has exactly the two uses of
-// Where(IsNaN(p), 0, p): returns the Where node, else kNoNode; `isnan` gets the IsNaN node.
-NodeId nan_guard_of(const Graph& g, const std::string& p, NodeId* isnan = nullptr);
-
 }  // namespace nnfuse

@@ -161,7 +161,6 @@ class Planner {
       }
       if (!ok) fail(ErrorKind::Runtime, "fusion planner: attention chain at " + g_.node(c.softmax).label() + " closes a cycle");
       Vertex& vx = vs_[size_t(v)];
-      vx.type = MappingType::ManyToMany;
       vx.pattern_nodes = {c.qk, c.softmax, c.pv};
       vx.claimed = true;
       grow(v, /*with_producers=*/false);

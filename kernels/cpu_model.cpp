@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "graph/error.h"
@@ -559,6 +560,7 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   for (NodeId id : g.node_ids()) by_name[g.node(id).name] = id;
   FusionPlan fp;
   fp.target = m->target_;
+  std::optional<std::vector<AttentionChain>> chains;  // found when the first attention block is read
   for (auto& b : plan["blocks"]) {
     FusionBlock blk;
     blk.id = b["id"];
@@ -594,7 +596,8 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
         blk.pattern_nodes.push_back(it->second);
       }
       bool found = false;
-      for (const AttentionChain& c : find_attention_chains(g))
+      if (!chains) chains = find_attention_chains(g);
+      for (const AttentionChain& c : *chains)
         if (blk.pattern_nodes == std::vector<NodeId>{c.qk, c.softmax, c.pv} && blk.anchor == c.pv) {
           found = true;
           for (NodeId id : c.members) found = found && std::find(blk.members.begin(), blk.members.end(), id) != blk.members.end();

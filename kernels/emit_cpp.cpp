@@ -11,6 +11,7 @@
 
 #include "graph/error.h"
 #include "kernels/emit_kernel_ops.h"
+#include "lowering/lower_kernel_ops.h"
 
 namespace nnfuse {
 
@@ -258,7 +259,7 @@ struct StageEmitter {
     std::vector<int> stores;
     for (size_t i = expr_begin; i < st.exprs.size(); ++i) {
       const Expr& e = st.exprs[i];
-      if (e.kind != Expr::Load || (e.access.affine && (e.access.col_stride == 0 || e.access.col_stride == 1))) continue;
+      if (e.kind != Expr::Load || vectorizable_load(e.access)) continue;
       int64_t stride = 0;
       if (m.buffers[size_t(e.buffer)].dtype != DType::Float32 || !unit_cols(e.map, true, stride)) return false;
       loads.push_back({int(i), stride});
@@ -480,7 +481,7 @@ struct StageEmitter {
     sc.name = st.name + "_sc";
     sc.vectorizable = true;
     for (auto& e : sc.exprs)
-      if (e.kind == Expr::Load && (!e.access.affine || (e.access.col_stride != 0 && e.access.col_stride != 1))) sc.vectorizable = false;
+      if (e.kind == Expr::Load && !vectorizable_load(e.access)) sc.vectorizable = false;
     StageEmitter se(m, sc);
     const bool score_vec = sc.vectorizable || se.plan_anchor_row_split();
     se.emit_exprs(se.body, true);
@@ -706,7 +707,7 @@ std::vector<SourceUnit> emit_cpp(const KernelModule& m, int max_units) {
   // Anchors instantiate microkernel templates and cost most to compile.
   auto compile_cost = [](const Stage& s) {
     if (s.kind != StageKind::Anchor) return 1.0;
-    return s.anchor_op == "Conv" || s.anchor_op == "ConvTranspose" || s.anchor_op == "MatMul" || s.anchor_op == "Gemm" || s.anchor_op == "LSTM" || s.anchor_op == "GRU" || s.anchor_op == "RNN" ? 10.0 : 3.0;
+    return s.anchor_op == "Conv" || s.anchor_op == "ConvTranspose" || s.anchor_op == "MatMul" || s.anchor_op == "Gemm" || is_recurrent_op(s.anchor_op) ? 10.0 : 3.0;
   };
   // Every unit pays a fixed price (compiler start, loading the precompiled support header: about
   // 0.15 s CPU, twice an elementwise stage's own cost), so a unit gets at least kMinUnitCost of

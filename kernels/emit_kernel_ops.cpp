@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "graph/error.h"
+#include "lowering/lower_kernel_ops.h"
 
 namespace nnfuse {
 
@@ -70,12 +71,11 @@ std::string emit_nms(const Stage& st) {
 }  // namespace
 
 bool is_kernel_op_stage(const Stage& s) {
-  return s.kind == StageKind::Anchor &&
-         (s.anchor_op == "LSTM" || s.anchor_op == "GRU" || s.anchor_op == "RNN" || s.anchor_op == "NonMaxSuppression");
+  return s.kind == StageKind::Anchor && (is_recurrent_op(s.anchor_op) || s.anchor_op == "NonMaxSuppression");
 }
 
 std::string emit_kernel_op_stage(const Stage& s) {
-  if (s.anchor_op == "LSTM" || s.anchor_op == "GRU" || s.anchor_op == "RNN") return emit_recurrent(s);
+  if (is_recurrent_op(s.anchor_op)) return emit_recurrent(s);
   if (s.anchor_op == "NonMaxSuppression") return emit_nms(s);
   fail(ErrorKind::Unsupported, "emitter: no code for kernel op " + s.anchor_op + " (stage " + s.name + ")");
 }

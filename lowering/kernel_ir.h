@@ -100,6 +100,9 @@ struct Access {
   int64_t bn = 0, bcb = 0, bh = 0, bw = 0, blane = 0;
 };
 
+// A load a vector can make: contiguous (column stride 1) or a broadcast (0) along the row.
+inline bool vectorizable_load(const Access& a) { return a.affine && (a.col_stride == 0 || a.col_stride == 1); }
+
 struct Expr {
   enum Kind { Load, Const, Unary, Binary, Clip, AnchorValue, Where } kind = Const;  // Where: args cond, x, y
   std::string op;          // Unary/Binary op name ("Relu", "Add", ...)

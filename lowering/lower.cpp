@@ -548,7 +548,7 @@ struct Lowerer {
     for (auto& e : st.exprs) {
       if (e.kind != Expr::Load) continue;
       e.access = classify_access(e.map, st.rows, st.width);
-      if (!e.access.affine || (e.access.col_stride != 0 && e.access.col_stride != 1)) st.vectorizable = false;
+      if (!vectorizable_load(e.access)) st.vectorizable = false;
     }
     for (auto& s : st.stores) {
       s.access = classify_access(s.map, st.rows, st.width);
@@ -800,19 +800,7 @@ struct Lowerer {
       // Batch offsets of A and B per output batch (broadcast batch dims).
       Shape ob(O.begin(), O.end() - 2);
       int64_t batch = shape_numel(ob);
-      std::vector<int64_t> aoff, boff;
-      Shape ab(A.begin(), A.end() - 2), bb(B.begin(), B.end() - 2);
-      IndexMap am = then(identity_map(ob), broadcast_step(ob, ab)), bm = then(identity_map(ob), broadcast_step(ob, bb));
-      std::vector<int64_t> idx(ob.size(), 0);
-      for (int64_t b = 0; b < batch; ++b) {
-        int64_t e = b;
-        for (size_t k = ob.size(); k-- > 0;) {
-          idx[k] = e % ob[k];
-          e /= ob[k];
-        }
-        aoff.push_back(am.offset(idx) * M * K);
-        boff.push_back(bm.offset(idx) * K * N);
-      }
+      const std::vector<int64_t> aoff = batch_offsets(ob, A, M * K), boff = batch_offsets(ob, B, K * N);
       st.anchor_inputs = {data_in(0), data_in(1)};
       st.iparams = {{"M", M}, {"N", N}, {"K", K}, {"batch", batch}, {"transA", tA}, {"transB", tB}};
       // Constant B shared by every batch: packed once at load time.
@@ -1128,7 +1116,7 @@ struct Lowerer {
       Expr& e = st.exprs[i];
       if (e.kind != Expr::Load) continue;
       if (int(i) < st.score_exprs) e.access = classify_access(e.map, st.rows, Sk);
-      else if (!e.access.affine || (e.access.col_stride != 0 && e.access.col_stride != 1)) st.vectorizable = false;
+      else if (!vectorizable_load(e.access)) st.vectorizable = false;
     }
     for (auto& s : st.stores)
       if (!s.access.affine || s.access.col_stride != 1) st.vectorizable = false;
@@ -1353,7 +1341,7 @@ struct Lowerer {
       if (st.kind != StageKind::Anchor || st.prepared < 0) continue;
       std::vector<size_t> packed;
       if (st.anchor_op == "MatMul" || st.anchor_op == "Gemm" || (st.anchor_op == "Conv" && st.layout_block > 0)) packed = {1};
-      else if (st.anchor_op == "LSTM" || st.anchor_op == "GRU" || st.anchor_op == "RNN") packed = {1, 2};
+      else if (is_recurrent_op(st.anchor_op)) packed = {1, 2};
       for (size_t k : packed)
         if (k < st.anchor_inputs.size() && st.anchor_inputs[k] >= 0 && mod.buffers[size_t(st.anchor_inputs[k])].kind == BufferKind::Weight)
           st.prepare_only.push_back(st.anchor_inputs[k]);

@@ -24,6 +24,8 @@ struct KernelOpContext {
 };
 
 bool is_kernel_op(const Node& n);
+// LSTM, GRU or RNN: a kernel-only stage whose prepare entry point packs inputs 1 and 2 (W, R).
+bool is_recurrent_op(const std::string& op_type);
 
 // Fills `st` (kind, anchor_op, anchor_inputs, kernel_outputs, parameters, prepared slot) for the
 // op `n`; returns "" on success, else why the op cannot be lowered (the block then falls back).

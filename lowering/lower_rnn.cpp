@@ -10,15 +10,15 @@
 
 namespace nnfuse {
 
-bool is_kernel_op(const Node& n) {
-  return n.domain.empty() && (n.op_type == "LSTM" || n.op_type == "GRU" || n.op_type == "RNN" || n.op_type == "NonMaxSuppression");
-}
+bool is_recurrent_op(const std::string& op_type) { return op_type == "LSTM" || op_type == "GRU" || op_type == "RNN"; }
+
+bool is_kernel_op(const Node& n) { return n.domain.empty() && (is_recurrent_op(n.op_type) || n.op_type == "NonMaxSuppression"); }
 
 std::string lower_kernel_op(const Node& n, KernelOpContext& cx, Stage& st) {
   st.kind = StageKind::Anchor;
   st.anchor = n.id;
   st.anchor_op = n.op_type;
-  if (n.op_type == "LSTM" || n.op_type == "GRU" || n.op_type == "RNN") return lower_recurrent(n, cx, st);
+  if (is_recurrent_op(n.op_type)) return lower_recurrent(n, cx, st);
   if (n.op_type == "NonMaxSuppression") return lower_nms(n, cx, st);
   return "not a kernel op";
 }

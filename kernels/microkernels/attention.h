@@ -15,6 +15,7 @@
 
 #include "common.h"
 #include "math.h"
+#include "reduce.h"
 
 namespace nnfuse::mk {
 
@@ -191,10 +192,7 @@ void attention(const AttentionArgs& a, const Score& score, const Ep& ep, const P
             }
             for (; c < n; ++c) s[c] = score(s[c], row, j0 + c);
             std::fill(s + n, s + ls, kNegInf);
-            alignas(64) float lanes[L];
-            mx.store_aligned(lanes);
-            float tmax = kNegInf;
-            for (int64_t u = 0; u < L; ++u) tmax = std::max(tmax, lanes[u]);
+            float tmax = detail::ReduceOp<ReduceKind::Max>::horizontal<Arch>(mx);
             for (int64_t p = n - n % L; p < n; ++p) tmax = std::max(tmax, s[p]);
             // NaN scores: max() may skip them; e^(NaN - m) below makes the row's sum NaN.
             const float mold = m[g + r], mnew = std::max(mold, tmax);

@@ -16,21 +16,8 @@
 
 namespace nnfuse::mk {
 
-// W^T and R^T per direction, packed for gemm_packed.
 template <class Arch>
-struct LstmWeights {
-  std::vector<PackedB<Arch>> w, r;  // per direction: W^T (K = I, N = 4H) and R^T (K = H, N = 4H)
-  // W [D, 4H, I], R [D, 4H, H], both row-major (as ONNX stores them).
-  void pack(int64_t D, int64_t I, int64_t H, const float* W, const float* R) {
-    const int64_t N = 4 * H;
-    w = std::vector<PackedB<Arch>>(size_t(D));
-    r = std::vector<PackedB<Arch>>(size_t(D));
-    for (int64_t d = 0; d < D; ++d) {
-      w[size_t(d)].pack(I, N, W + d * N * I, 1, I);  // B(k, n) = W[n*I + k]
-      r[size_t(d)].pack(H, N, R + d * N * H, 1, H);
-    }
-  }
-};
+using LstmWeights = GateWeights<Arch, 4>;
 
 struct LstmArgs : RecurrentDims {
   const float* x = nullptr;

@@ -37,6 +37,22 @@ struct RecurrentDims {
   }
 };
 
+// W^T and R^T per direction for a cell with G gates (LSTM 4, RNN 1), packed for gemm_packed.
+template <class Arch, int64_t G>
+struct GateWeights {
+  std::vector<PackedB<Arch>> w, r;  // per direction: W^T (K = I, N = G*H) and R^T (K = H, N = G*H)
+  // W [D, G*H, I], R [D, G*H, H], both row-major (as ONNX stores them).
+  void pack(int64_t D, int64_t I, int64_t H, const float* W, const float* R) {
+    const int64_t N = G * H;
+    w = std::vector<PackedB<Arch>>(size_t(D));
+    r = std::vector<PackedB<Arch>>(size_t(D));
+    for (int64_t d = 0; d < D; ++d) {
+      w[size_t(d)].pack(I, N, W + d * N * I, 1, I);  // B(k, n) = W[n*I + k]
+      r[size_t(d)].pack(H, N, R + d * N * H, 1, H);
+    }
+  }
+};
+
 // Runs direction d's time loop: per chunk of steps, P = x W^T + bias (W packed, N columns) for the
 // chunk's active rows, then step(t_of, rows, p) for each step, where rows lists the batch rows
 // still running (ascending), t_of(r) is the time index row r reads and writes at this step, and p

@@ -12,20 +12,8 @@
 
 namespace nnfuse::mk {
 
-// W^T and R^T per direction, packed for gemm_packed.
 template <class Arch>
-struct RnnWeights {
-  std::vector<PackedB<Arch>> w, r;
-  // W [D, H, I], R [D, H, H], both row-major (as ONNX stores them).
-  void pack(int64_t D, int64_t I, int64_t H, const float* W, const float* R) {
-    w = std::vector<PackedB<Arch>>(size_t(D));
-    r = std::vector<PackedB<Arch>>(size_t(D));
-    for (int64_t d = 0; d < D; ++d) {
-      w[size_t(d)].pack(I, H, W + d * H * I, 1, I);  // B(k, n) = W[n*I + k]
-      r[size_t(d)].pack(H, H, R + d * H * H, 1, H);
-    }
-  }
-};
+using RnnWeights = GateWeights<Arch, 1>;
 
 enum class RnnActivation { Tanh = 0, Relu = 1, Sigmoid = 2 };
 
