@@ -232,7 +232,12 @@ struct LayoutPass {
         if (S[k] > 1 && pick[k] >= 0) coef[pick[k]] += strides[k];
         a.base += off[k] * strides[k];
       }
-      a.masked = coef[1] != 0;
+      // Lanes past the stage's channel count are padding: a plain buffer's lanes are masked.
+      // With one channel (a Conv to 1 output channel, perhaps squeezed away) no buffer dim
+      // follows the lanes: unmasked, all c lanes went to one address and the last, a padding
+      // lane, won. A channel broadcast ([N, 1, H, W] under C > 1 channels) needs no mask: what
+      // padding lanes compute is never read as a channel.
+      a.masked = coef[1] != 0 || st.driver[1] == 1;
       if (a.masked && K.kind != BufferKind::Weight) ++mod.reorder_stores;  // a layout change, not a bias
     }
     a.bn = coef[0];

@@ -786,7 +786,9 @@ inline V nchwc_load(const float* p, int64_t lane, int64_t nvalid) {
     return lane < nvalid ? p[lane * LS] : 0.f;
   } else {
     constexpr int64_t L = int64_t(V::size);
-    if constexpr (LS == 0) return V(*p);
+    if constexpr (LS == 0) {
+      if (nvalid >= L) return V(*p);
+    }
     if (nvalid >= L) {
       if constexpr (LS == 1) return V::load_unaligned(p);
     }

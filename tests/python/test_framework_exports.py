@@ -591,6 +591,50 @@ def pytorch_gru(opset: int) -> ExportCase:
     return ExportCase(f"pytorch_gru_opset{opset}", m, feeds, {x: [2, 7, I], h0: [2, 2, H]})
 
 
+def pytorch_vad(opset: int) -> ExportCase:
+    """torch.onnx.export of a streaming voice-activity detector shaped like Silero VAD v5/v6 at
+    16 kHz (one 32 ms chunk plus 64 samples of context per call, the LSTM state carried as an input
+    and output): ReflectionPad1d on the right, the STFT as a strided 1-D Conv with 2 x 129 output
+    channels, the magnitude through Slice, Pow, Add and Sqrt, four Conv1d + ReLU (strides 1, 2, 2,
+    1), an LSTM of one step (hidden 128) on the squeezed frame with h and c gathered from the state,
+    then ReLU, a 1x1 Conv1d, Sigmoid and a mean. A call does about a megaflop: per-run overhead is
+    what its speed measures."""
+    b = Builder(opset, seed=700 + opset)
+    x, state, H, bins = "input", "state", 128, 129
+    xp = b.unsqueeze(x, [1])                                                                      # [N, 1, 576]
+    xp = b.node("Pad", [xp, b.constant(np.array([0, 0, 0, 0, 0, 64], dtype=np.int64))], mode="reflect")
+    spec = b.node("Conv", [xp, b.weight("stft.forward_basis_buffer", [2 * bins, 1, 256], 0.05)], kernel_shape=[256],
+                  strides=[128])                                                                  # [N, 258, 4]
+    axes = b.constant(np.array([1], dtype=np.int64))
+    real = b.node("Slice", [spec, b.constant(np.array([0], dtype=np.int64)), b.constant(np.array([bins], dtype=np.int64)), axes])
+    imag = b.node("Slice", [spec, b.constant(np.array([bins], dtype=np.int64)),
+                            b.constant(np.array([2 * bins], dtype=np.int64)), axes])
+    two = b.constant(np.array(2.0, dtype=np.float32))
+    y = b.node("Sqrt", [b.node("Add", [b.node("Pow", [real, two]), b.node("Pow", [imag, two])])])  # [N, 129, 4]
+    for i, (cin, cout, stride) in enumerate([(bins, 128, 1), (128, 64, 2), (64, 64, 2), (64, 128, 1)]):
+        y = b.node("Relu", [b.node("Conv", [y, b.weight(f"encoder.{i}.reparam_conv.weight", [cout, cin, 3], 0.1),
+                                            b.weight(f"encoder.{i}.reparam_conv.bias", [cout], 0.1)],
+                                   kernel_shape=[3], pads=[1, 1], strides=[stride])])            # -> [N, 128, 1]
+    frame = b.unsqueeze(b.squeeze(y, [2]), [0])                                                   # [1, N, 128]
+    h0 = b.unsqueeze(b.node("Gather", [state, b.constant(np.array(0, dtype=np.int64))], axis=0), [0])
+    c0 = b.unsqueeze(b.node("Gather", [state, b.constant(np.array(1, dtype=np.int64))], axis=0), [0])
+    _, hn, cn = b.node("LSTM", [frame, b.weight("decoder.rnn.W", [1, 4 * H, H], 0.1), b.weight("decoder.rnn.R", [1, 4 * H, H], 0.1),
+                                b.weight("decoder.rnn.B", [1, 8 * H], 0.1), "", h0, c0], n_out=3, hidden_size=H)
+    b.node("Concat", [hn, cn], axis=0)
+    b.nodes[-1].output[0] = "stateN"                                                              # [2, N, 128]
+    d = b.unsqueeze(b.node("Relu", [b.squeeze(hn, [0])]), [2])                                    # [N, 128, 1]
+    d = b.node("Sigmoid", [b.node("Conv", [d, b.weight("decoder.decoder.2.weight", [1, H, 1], 0.1),
+                                           b.weight("decoder.decoder.2.bias", [1], 0.1)], kernel_shape=[1])])
+    b.reduce_mean(b.squeeze(d, [1]), [1], keepdims=1)
+    b.nodes[-1].output[0] = "output"                                                              # [N, 1]
+    m = b.model([helper.make_tensor_value_info(x, F32, ["batch", 576]), helper.make_tensor_value_info(state, F32, [2, "batch", H])],
+                [helper.make_tensor_value_info("output", F32, ["batch", 1]), helper.make_tensor_value_info("stateN", F32, [2, "batch", H])],
+                "pytorch", "main_graph")
+    rng = np.random.default_rng(14)
+    feeds = {x: (rng.standard_normal((1, 576)) * 0.3).astype(np.float32), state: (rng.standard_normal((2, 1, H)) * 0.5).astype(np.float32)}
+    return ExportCase(f"pytorch_vad_opset{opset}", m, feeds, {x: [1, 576], state: [2, 1, H]})
+
+
 CASE_BUILDERS = {
     "pytorch_cnn_opset9": lambda: pytorch_cnn(9),
     "pytorch_cnn_opset11": lambda: pytorch_cnn(11),
@@ -616,6 +660,7 @@ CASE_BUILDERS = {
     "pytorch_speech_frontend_opset11": lambda: pytorch_speech_frontend(11),
     "pytorch_speech_frontend_opset17": lambda: pytorch_speech_frontend(17),
     "pytorch_gru_opset14": lambda: pytorch_gru(14),
+    "pytorch_vad_opset16": lambda: pytorch_vad(16),
 }
 
 

@@ -267,3 +267,34 @@ TEST_CASE("layout: 1-D and grouped convs run blocked between plain buffers and m
   std::error_code ec;
   fs::remove_all(o.cache_dir, ec);
 }
+
+TEST_CASE("layout: convs to one output channel store only lane 0 into plain buffers", "[layout][codegen]") {
+  // A blocked stage with one channel has c - 1 padding lanes and no buffer dim that follows the
+  // lanes: a VAD's or a saliency head's last Conv (1-D and 2-D, 1x1 and 3x3), followed by a
+  // Sigmoid, by a Squeeze of the channel dim, or as the model output. Each stored its last
+  // padding lane's value into every element before the stores were masked.
+  GraphBuilder gb("one_channel");
+  auto x = gb.input("x", DType::Float32, {1, 24, 9, 7});
+  auto c1 = gb.op("Conv", {x, gb.weight("w1", {1, 24, 3, 3}, 0.3f), gb.weight("b1", {1})}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  gb.output(c1);
+  auto c2 = gb.op("Conv", {gb.op("Relu", {x}), gb.weight("w2", {1, 24, 1, 1}, 0.3f)});
+  gb.output(gb.op("Sigmoid", {c2}));
+  auto s = gb.input("s", DType::Float32, {2, 16, 5});
+  auto c3 = gb.op("Conv", {s, gb.weight("w3", {1, 16, 1}, 0.3f), gb.weight("b3", {1})});
+  gb.output(gb.op("Squeeze", {gb.op("Sigmoid", {c3}), gb.ints("axes", {1})}));
+  Model m = gb.finish();
+  FusionPlan plan = host_plan(m.graph);
+  TensorMap feeds = random_feeds(m.graph, 7);
+  TensorMap want = run_reference(m.graph, feeds);
+  for (const char* target : {"host", "x86-avx2"}) {
+    INFO("target " << target);
+    CpuCompileOptions o = test_compile_options("layout_one_channel");
+    o.target = target;
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    CHECK(count_convs(cm->module(), true) == 3);
+    check_layout_invariants(cm->module());
+    check_close(cm->run(feeds), want, 2e-4, 2e-5);
+    std::error_code ec;
+    fs::remove_all(o.cache_dir, ec);
+  }
+}
