@@ -509,6 +509,73 @@ void gemv_row(const GemmArgs& g, const Ep& ep, const ParFor& par, const ProA& pr
   });
 }
 
+// M == 1 against a prepacked B (a recurrent cell's step, batch-1 Linear layers): the product
+// streams B once, from L3 or memory (an LSTM's R of 4H x H = 16 MiB at H = 1024). A task owns a
+// run of consecutive panels, walks them K block by K block (so it reads one contiguous stretch
+// of the packing per block, with a software prefetch 64 rows ahead) and keeps its partial sums
+// in L1 until the last block; a generic MR x NR tile wrote C back per K block through a
+// temporary row. Each output's sum runs in gemm_micro's order (per K block from zero, then added
+// to the earlier blocks' sum), so a row gives the same bits here as in an M > 1 product.
+template <class Arch, class Ep, class ParFor, class ProA>
+void gemv_packed(const GemmArgs& g, const PackedB<Arch>& pb, const Ep& ep, const ParFor& par, const ProA& pro_a) {
+  using T = GemmTile<Arch>;
+  using V = vfloat<Arch>;
+  constexpr int L = T::L, NB = T::NB, NR = T::NR;
+  constexpr int64_t G = 8;    // panels per task (AVX-512: 256 columns)
+  constexpr int64_t PF = 64;  // prefetch distance in rows of a panel
+  const KBlocking<Arch> kb_(g.K);
+  const int64_t np = ceil_div(g.N, int64_t(NR)), groups = ceil_div(np, G);
+  par(g.batch * groups, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+    alignas(64) float acc[G * NR];
+    alignas(64) float ablk[T::KC];
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t b = t / groups, p0 = (t % groups) * G, pn = std::min(G, np - p0);
+      const float* A = g.A + b * g.a_bs;
+      for (int64_t kb = 0; kb < kb_.nblocks; ++kb) {
+        const int64_t k0 = kb_.begin(kb), kc = kb_.size(kb, g.K);
+        const float* a = A + k0;
+        if (!is_identity_v<ProA> || g.a_cs != 1) {
+          for (int64_t k = 0; k < kc; ++k) ablk[k] = pro_a(A[(k0 + k) * g.a_cs], b, k0 + k);
+          a = ablk;
+        }
+        for (int64_t p = p0; p < p0 + pn; ++p) {
+          const float* bp = pb.panel(kb, p);
+          V s[NB];
+#pragma GCC unroll 4
+          for (int j = 0; j < NB; ++j) s[j] = V(0.f);
+          for (int64_t k = 0; k < kc; ++k) {
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j += 16) __builtin_prefetch(bp + (k + PF) * NR + j, 0, 1);
+            const V ak(a[k]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NB; ++j) s[j] = xsimd::fma(ak, V::load_aligned(bp + k * NR + j * L), s[j]);
+          }
+          float* d = acc + (p - p0) * NR;
+#pragma GCC unroll 4
+          for (int j = 0; j < NB; ++j) (kb == 0 ? s[j] : s[j] + V::load_aligned(d + j * L)).store_aligned(d + j * L);
+        }
+      }
+      float* C = g.C + b * g.c_bs;
+      for (int64_t p = p0; p < p0 + pn; ++p) {
+        float* d = acc + (p - p0) * NR;
+        const int64_t col0 = p * NR, nr = std::min<int64_t>(NR, g.N - col0);
+        if (nr == NR) {
+#pragma GCC unroll 4
+          for (int j = 0; j < NB; ++j) {
+            V v = V::load_aligned(d + j * L);
+            if (g.alpha != 1.f) v *= V(g.alpha);
+            ep(v, b, col0 + j * L).store_unaligned(C + col0 + j * L);
+          }
+        } else {
+          if (g.alpha != 1.f)
+            for (int64_t c = 0; c < nr; ++c) d[c] *= g.alpha;
+          store_row_with_epilogue<Arch>(C + col0, d, nr, b, col0, ep);
+        }
+      }
+    }
+  });
+}
+
 // Batches that share B and whose A and C rows continue evenly from one batch to the next are one
 // GEMM of batch x M rows (a [S, 1, K] x [K, N] MatMul is an S x N product, not S matrix-vector
 // products that each stream all of B). Epilogue and prologue rows (b*M + m) are unchanged.
@@ -553,6 +620,8 @@ bool gemm_packed(const GemmArgs& g_in, const PackedB<Arch>& pb, const Ep& ep = {
   GemmArgs g0 = g_in;
   g0.b_bs = 0;  // one PackedB serves every batch
   const GemmArgs g = detail::fold_batch_into_rows(g0);
+  if constexpr (detail::gemm_may_gemv<GC>())
+    if (g.M == 1 && g.N > 0 && g.K > 0) return detail::gemv_packed<Arch>(g, pb, ep, par, pro_a), true;
   detail::StridedASource<T::MR, ProA> apack{g.A, g.a_rs, g.a_cs, g.a_bs, g.M, pro_a};
   auto cptr = [&](int64_t b) { return g.C + b * g.c_bs; };
   detail::gemm_driver<Arch, decltype(apack), PackedB<Arch>, decltype(cptr), Ep, ParFor, GC>(g.batch, g.M, g.N, g.K, apack, pb, cptr,

@@ -115,7 +115,7 @@ TEST_CASE("gemm_packed: panels of 1 to 7 valid rows (the small-row kernels) and 
   }
   // A [S, M, K] MatMul with the packed [K, N]: batches folded into S*M rows (one pass over B),
   // and a batch stride with a gap between batches (not foldable); the epilogue's rows stay b*M + m.
-  for (auto [S_, M_, gap] : {std::tuple<int64_t, int64_t, int64_t>{6, 1, 0}, {4, 3, 0}, {3, 2, 5}}) {
+  for (auto [S_, M_, gap] : {std::tuple<int64_t, int64_t, int64_t>{6, 1, 0}, {4, 3, 0}, {3, 2, 5}, {3, 1, 7}}) {
     const int64_t S = S_, M = M_;  // lambdas below capture them (clang 14 cannot capture bindings)
     INFO("S=" << S << " M=" << M << " gap=" << gap);
     const int64_t a_bs = M * K + gap;
@@ -139,6 +139,35 @@ TEST_CASE("gemm_packed: panels of 1 to 7 valid rows (the small-row kernels) and 
     for (auto& x : seen) REQUIRE(x.load() == 1);
     require_close(got.data(), want);
   }
+}
+
+TEST_CASE("gemm_packed: a row gives the same bits alone (the matrix-vector path) as among others", "[microkernels][gemm]") {
+  // A recurrent step runs M = the batch rows still running: a row's result must not depend on how
+  // many others run beside it. N spans whole task groups and a partial last panel, K three blocks.
+  const int64_t M = 9, N = 300, K = 700;
+  Tensor A = random_tensor({M, K}, 51), B = random_tensor({K, N}, 52), bias = random_tensor({N}, 53);
+  mk::PackedB<Arch> pb;
+  pb.pack(K, N, B.data<float>(), N, 1);
+  std::vector<float> all(size_t(M * N)), one(static_cast<size_t>(N));
+  auto g = mk::GemmArgs::matmul(M, N, K, A.data<float>(), false, nullptr, false, all.data());
+  mk::gemm_packed<Arch>(g, pb, ColBiasRelu{bias.data<float>()}, TwoThreadFor{});
+  for (int64_t m : {int64_t(0), int64_t(4), M - 1}) {
+    INFO("row " << m);
+    auto g1 = mk::GemmArgs::matmul(1, N, K, A.data<float>() + m * K, false, nullptr, false, one.data());
+    mk::gemm_packed<Arch>(g1, pb, ColBiasRelu{bias.data<float>()}, TwoThreadFor{});
+    for (int64_t n = 0; n < N; ++n) REQUIRE(one[size_t(n)] == all[size_t(m * N + n)]);
+  }
+  // With a prologue on A, a strided A row (a_cs > 1) and alpha.
+  Tensor At = random_tensor({K, 3}, 54);
+  Tensor want = reference({{"a", At}, {"b", B}}, [&](nnfuse::GraphBuilder& gb, auto& in) {
+    auto col = gb.op("Slice", {in[0], gb.ints("s", {1}), gb.ints("e", {2}), gb.ints("ax", {1})});
+    auto y = gb.op("MatMul", {gb.op("Transpose", {gb.op("Relu", {col})}), in[1]});
+    return gb.op("Mul", {y, gb.scalar("alpha", 0.5f)});
+  });
+  auto g2 = mk::GemmArgs::matmul(1, N, K, At.data<float>() + 1, false, nullptr, false, one.data());
+  g2.a_cs = 3, g2.alpha = 0.5f;
+  mk::gemm_packed<Arch>(g2, pb, mk::IdentityEpilogue{}, TwoThreadFor{}, ReluPrologue{});
+  require_close(one.data(), want);
 }
 
 TEST_CASE("gemm applies prologues to A and B, and gemm_packed matches gemm", "[microkernels][gemm]") {

@@ -1,0 +1,159 @@
+// If nodes whose branches are compiled models (kernels/cpu_branches.cpp): each branch is generated
+// code, the taken one runs on the outer buffers, nested Ifs compile recursively, artifacts keep the
+// branches, and a branch that cannot be compiled keeps the reference path with its reason.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "fusion/planner.h"
+#include "fusion/target.h"
+#include "graph/builder.h"
+#include "graph/interpreter.h"
+#include "lowering_test_util.h"
+
+using namespace nnfuse;
+using namespace nnfuse::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+FusionPlan host_plan(const Graph& g) {
+  PlanOptions po;
+  po.profile = false;
+  return plan_fusion(g, target_by_name("host"), po);
+}
+
+// A branch body: Conv(x, w) + bias, `act`, + y, all read from the enclosing scope (w and b are
+// the outer graph's weights, as exporters write them).
+std::shared_ptr<Graph> conv_body(const std::string& tag, const std::string& act, const std::string& w, const std::string& b) {
+  auto body = std::make_shared<Graph>();
+  body->name = tag;
+  body->is_subgraph = true;
+  body->opset_imports[""] = 17;
+  for (auto& v : {std::string("x"), std::string("y")}) body->declare_value(v, TensorType::of(DType::Float32, {1, 8, 6, 6}));
+  body->declare_value(w, TensorType::of(DType::Float32, {8, 8, 3, 3}));
+  body->declare_value(b, TensorType::of(DType::Float32, {8}));
+  Attributes ca;
+  ca.set("pads", A::is({1, 1, 1, 1}));
+  body->add_node("Conv", {"x", w, b}, {tag + "_c"}, ca);
+  body->add_node(act, {tag + "_c"}, {tag + "_a"});
+  body->add_node("Add", {tag + "_a", "y"}, {tag + "_out"});
+  body->add_output(tag + "_out");
+  return body;
+}
+
+std::shared_ptr<Graph> if_body(const std::string& tag, const std::string& cond, std::shared_ptr<Graph> then_b, std::shared_ptr<Graph> else_b) {
+  auto body = std::make_shared<Graph>();
+  body->name = tag;
+  body->is_subgraph = true;
+  body->opset_imports[""] = 17;
+  body->declare_value(cond, TensorType::of(DType::Bool, {}));
+  Attributes at;
+  at.set("then_branch", Attribute::make_graph(std::move(then_b)));
+  at.set("else_branch", Attribute::make_graph(std::move(else_b)));
+  body->add_node("If", {cond}, {tag + "_out"}, at);
+  body->add_output(tag + "_out");
+  return body;
+}
+
+Model if_model(bool nested) {
+  GraphBuilder gb(nested ? "nested_if" : "one_if");
+  gb.input("c1", DType::Bool, {});
+  if (nested) gb.input("c2", DType::Bool, {});
+  auto x = gb.input("x", DType::Float32, {1, 8, 6, 6});
+  auto y = gb.input("y", DType::Float32, {1, 8, 6, 6});
+  (void)x, (void)y;
+  for (auto* w : {"w1", "w2", "w3"}) gb.weight(w, {8, 8, 3, 3}, 0.2f);
+  for (auto* b : {"b1", "b2", "b3"}) gb.weight(b, {8}, 0.2f);
+  auto then_b = nested ? if_body("inner", "c2", conv_body("t2", "Relu", "w1", "b1"), conv_body("e2", "Sigmoid", "w2", "b2"))
+                       : conv_body("t", "Relu", "w1", "b1");
+  Attributes at;
+  at.set("then_branch", Attribute::make_graph(then_b));
+  at.set("else_branch", Attribute::make_graph(conv_body("e", "Tanh", "w3", "b3")));
+  auto out = gb.op("If", {"c1"}, at);
+  gb.output(gb.op("Mul", {out, gb.scalar("half", 0.5f)}));
+  return gb.finish();
+}
+
+void check_all_conditions(const CpuModel& cm, const Graph& g, bool nested) {
+  TensorMap feeds = random_feeds(g, 3);
+  for (int k = 0; k < (nested ? 4 : 2); ++k) {
+    INFO("c1 " << (k & 1) << " c2 " << (k >> 1));
+    feeds["c1"] = Tensor::scalar<bool>(k & 1);
+    if (nested) feeds["c2"] = Tensor::scalar<bool>(k >> 1);
+    check_close(cm.run(feeds), run_reference(g, feeds));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("compiled branches: an If runs its branches as generated code and matches the reference", "[codegen][control]") {
+  for (bool nested : {false, true}) {
+    INFO((nested ? "nested" : "one If"));
+    Model m = if_model(nested);
+    FusionPlan plan = host_plan(m.graph);
+    CpuCompileOptions o = test_compile_options("branches");
+    o.measure = false;
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    const nlohmann::json info = cm->info();
+    INFO(info.dump());
+    const auto& br = info["build"]["branches"];
+    REQUIRE(br.size() == 1);
+    CHECK(br[0]["compiled"] == true);
+    CHECK(br[0]["then_branch"]["fallback_blocks"] == 0);
+    CHECK(info["memory"]["fallback_blocks"] == 0);
+    CHECK(info["memory"]["compiled_if_blocks"] == 1);
+    CHECK(info["memory"]["fallback_ops"].empty());
+    check_all_conditions(*cm, m.graph, nested);
+    // The artifact keeps the branches (branches/<stage>_then|else, each an artifact) and runs
+    // them without a compiler.
+    const fs::path dir = fs::path(o.cache_dir) / "artifact";
+    cm->save(dir.string());
+    CHECK(fs::exists(dir / "branches"));
+    auto loaded = CpuModel::load(dir.string(), 2);
+    CHECK(loaded->info()["memory"]["fallback_blocks"] == 0);
+    check_all_conditions(*loaded, m.graph, nested);
+    std::error_code ec;
+    fs::remove_all(o.cache_dir, ec);
+  }
+}
+
+TEST_CASE("compiled branches: a branch without static shapes keeps the reference path and says why", "[codegen][control]") {
+  // The then-branch reads NonZero's output, whose length only the run decides.
+  GraphBuilder gb("dynamic_branch");
+  auto c = gb.input("c", DType::Bool, {});
+  auto x = gb.input("x", DType::Float32, {6});
+  auto nz = gb.op("NonZero", {gb.op("Relu", {x})});
+  auto then_b = std::make_shared<Graph>();
+  then_b->is_subgraph = true;
+  then_b->opset_imports[""] = 17;
+  then_b->declare_value(nz, TensorType(DType::Int64, {Dim(1), Dim()}));
+  then_b->add_node("ReduceSum", {nz}, {"t_sum"}, GraphBuilder::attrs({{"keepdims", A::i(0)}}));
+  then_b->add_output("t_sum");
+  auto else_b = std::make_shared<Graph>();
+  else_b->is_subgraph = true;
+  else_b->opset_imports[""] = 17;
+  else_b->declare_value(nz, TensorType(DType::Int64, {Dim(1), Dim()}));
+  else_b->add_node("ReduceMax", {nz}, {"e_max"}, GraphBuilder::attrs({{"keepdims", A::i(0)}}));
+  else_b->add_output("e_max");
+  gb.output(gb.op("If", {c}, GraphBuilder::attrs({{"then_branch", Attribute::make_graph(then_b)}, {"else_branch", Attribute::make_graph(else_b)}})));
+  Model m = gb.finish();
+  FusionPlan plan = host_plan(m.graph);
+  CpuCompileOptions o = test_compile_options("branches_dyn");
+  o.measure = false;
+  auto cm = CpuModel::build(m.graph, &plan, o);
+  const nlohmann::json info = cm->info();
+  INFO(info.dump());
+  const auto& br = info["build"]["branches"];
+  REQUIRE(br.size() == 1);
+  CHECK(br[0]["compiled"] == false);
+  CHECK(br[0]["reason"].get<std::string>().find("no static shape") != std::string::npos);
+  CHECK_FALSE(info["memory"].contains("compiled_if_blocks"));
+  TensorMap feeds{{"x", Tensor::from_vector<float>({6}, {1, -2, 3, 0, 5, -1})}};
+  for (bool cond : {false, true}) {
+    feeds["c"] = Tensor::scalar<bool>(cond);
+    check_close(cm->run(feeds), run_reference(m.graph, feeds));
+  }
+  std::error_code ec;
+  fs::remove_all(o.cache_dir, ec);
+}
