@@ -85,17 +85,36 @@ void check_all_conditions(const CpuModel& cm, const Graph& g, bool nested) {
   }
 }
 
+// Builds the model for host (cost model only) in cache `tag`: the model and its report.
+std::pair<std::unique_ptr<CpuModel>, nlohmann::json> build_host(const Model& m, CpuCompileOptions& o, const std::string& tag) {
+  FusionPlan plan = host_plan(m.graph);
+  o = test_compile_options(tag);
+  o.measure = false;
+  auto cm = CpuModel::build(m.graph, &plan, o);
+  nlohmann::json info = cm->info();
+  return {std::move(cm), std::move(info)};
+}
+
+// A body reading `outer` (typed `t`) and giving `op(outer)` as `out`.
+std::shared_ptr<Graph> unary_body(const std::string& op, const std::string& outer, const TensorType& t, const std::string& out,
+                                  const Attributes& attrs = {}) {
+  auto body = std::make_shared<Graph>();
+  body->is_subgraph = true;
+  body->opset_imports[""] = 17;
+  body->declare_value(outer, t);
+  body->add_node(op, {outer}, {out}, attrs);
+  body->add_output(out);
+  return body;
+}
+
 }  // namespace
 
 TEST_CASE("compiled branches: an If runs its branches as generated code and matches the reference", "[codegen][control]") {
   for (bool nested : {false, true}) {
     INFO((nested ? "nested" : "one If"));
     Model m = if_model(nested);
-    FusionPlan plan = host_plan(m.graph);
-    CpuCompileOptions o = test_compile_options("branches");
-    o.measure = false;
-    auto cm = CpuModel::build(m.graph, &plan, o);
-    const nlohmann::json info = cm->info();
+    CpuCompileOptions o;
+    auto [cm, info] = build_host(m, o, "branches");
     INFO(info.dump());
     const auto& br = info["build"]["branches"];
     REQUIRE(br.size() == 1);
@@ -124,25 +143,13 @@ TEST_CASE("compiled branches: a branch without static shapes keeps the reference
   auto c = gb.input("c", DType::Bool, {});
   auto x = gb.input("x", DType::Float32, {6});
   auto nz = gb.op("NonZero", {gb.op("Relu", {x})});
-  auto then_b = std::make_shared<Graph>();
-  then_b->is_subgraph = true;
-  then_b->opset_imports[""] = 17;
-  then_b->declare_value(nz, TensorType(DType::Int64, {Dim(1), Dim()}));
-  then_b->add_node("ReduceSum", {nz}, {"t_sum"}, GraphBuilder::attrs({{"keepdims", A::i(0)}}));
-  then_b->add_output("t_sum");
-  auto else_b = std::make_shared<Graph>();
-  else_b->is_subgraph = true;
-  else_b->opset_imports[""] = 17;
-  else_b->declare_value(nz, TensorType(DType::Int64, {Dim(1), Dim()}));
-  else_b->add_node("ReduceMax", {nz}, {"e_max"}, GraphBuilder::attrs({{"keepdims", A::i(0)}}));
-  else_b->add_output("e_max");
+  const TensorType nz_type(DType::Int64, {Dim(1), Dim()});
+  auto then_b = unary_body("ReduceSum", nz, nz_type, "t_sum", GraphBuilder::attrs({{"keepdims", A::i(0)}}));
+  auto else_b = unary_body("ReduceMax", nz, nz_type, "e_max", GraphBuilder::attrs({{"keepdims", A::i(0)}}));
   gb.output(gb.op("If", {c}, GraphBuilder::attrs({{"then_branch", Attribute::make_graph(then_b)}, {"else_branch", Attribute::make_graph(else_b)}})));
   Model m = gb.finish();
-  FusionPlan plan = host_plan(m.graph);
-  CpuCompileOptions o = test_compile_options("branches_dyn");
-  o.measure = false;
-  auto cm = CpuModel::build(m.graph, &plan, o);
-  const nlohmann::json info = cm->info();
+  CpuCompileOptions o;
+  auto [cm, info] = build_host(m, o, "branches_dyn");
   INFO(info.dump());
   const auto& br = info["build"]["branches"];
   REQUIRE(br.size() == 1);
