@@ -170,20 +170,45 @@ std::string precompiled_header_dir(const std::string& cxx, const std::vector<std
 
 }  // namespace
 
-std::string content_hash(const std::string& data) {
+namespace {
+// FNV-1a, 64-bit, fed in pieces.
+struct Fnv1a {
   uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 1099511628211ull;
+  void add(const char* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      h ^= static_cast<unsigned char>(p[i]);
+      h *= 1099511628211ull;
+    }
   }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  std::string hex() const {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
+  }
+};
+}  // namespace
+
+std::string content_hash(const std::string& data) {
+  Fnv1a f;
+  f.add(data.data(), data.size());
+  return f.hex();
 }
 
 std::string file_checksum(const std::string& path) {
-  std::string d = read_file(path);
-  return std::to_string(d.size()) + ":" + content_hash(d);
+  // Streamed: reading a 440 MB model.onnx into a string (a growing stringstream, then its copy)
+  // took 2x its size and set the peak resident set of `nnfuse run` on an artifact (BERT-base:
+  // 897 MB, of which 440 MB are weights). Same value as content_hash of the whole file.
+  std::ifstream in(path, std::ios::binary);
+  Fnv1a f;
+  uint64_t size = 0;
+  std::vector<char> buf(size_t(1) << 20);
+  while (in) {
+    in.read(buf.data(), std::streamsize(buf.size()));
+    const size_t n = size_t(in.gcount());
+    f.add(buf.data(), n);
+    size += n;
+  }
+  return std::to_string(size) + ":" + f.hex();
 }
 
 std::string shell_quote(const std::string& s) {
