@@ -55,7 +55,7 @@ CNN_EXPORTS = ["pytorch_cnn_opset13", "tf2onnx_cnn_opset13", "paddle_cnn_opset13
 ZOO_CNNS = ["resnet50", "mobilenetv2", "efficientnet_b0"]
 # The transformer- and RNN-shaped exports of the test suite, and the zoo's transformers and LSTM (issue 22).
 SEQ_EXPORTS = ["pytorch_encoder_opset13", "pytorch_encoder_opset17", "pytorch_transformer_ln_opset17", "pytorch_dynamo_attention_opset18",
-               "pytorch_gru_opset14", "pytorch_vad_opset16"]
+               "pytorch_gru_opset14", "pytorch_vad_opset16", "pytorch_vad_if_opset16", "tf2onnx_loop_rnn_opset13"]
 ZOO_SEQ = ["bert_base", "gpt2", "vit_b16", "lstm_seq2seq"]
 # Long sequences (bench/long_seq_models.py): a Whisper-tiny-shaped encoder over 1500 frames.
 LONG_SEQ = ["encoder_1500"]

@@ -4,8 +4,10 @@
 // ops_control_rnn.cpp and registered from here.
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "graph/ops_common.h"
+#include "graph/shape_inference.h"
 
 namespace nnfuse {
 
@@ -144,9 +146,36 @@ InferResult infer_loop(const InferContext& c) {
   bool cond_always_true = !c.has_input(1) || (c.value(1) && c.value(1)->numel() == 1 && c.value(1)->as_double(0) != 0);
   if (m && m->numel() == 1 && cond_always_true && body.outputs()[0] == body.inputs()[1]) trips = Dim(m->as_int(0));
   InferResult r;
-  for (size_t k = 0; k < n_carried; ++k) r.outputs.push_back(carried_type(c.input(2 + k), body_output_type(body, 1 + k)));
+  // Exporters often declare the carried inputs with symbolic or no dims (tf2onnx: [unk__1, H]),
+  // so the body's own output types lose what the initial values say. Inferred again with the
+  // carried inputs typed as their initial values: when every carried value leaves the body with
+  // the type it entered, that type holds at every iteration (the loop is shape-invariant), and
+  // the carried outputs and scan elements get the types of that pass.
+  std::optional<Graph> typed;
+  try {
+    Graph b = body;
+    bool differs = false;
+    for (size_t k = 0; k < n_carried; ++k) {
+      const TensorType& init = c.input(2 + k);
+      const std::string& in = body.inputs()[2 + k];
+      if (!init.has_shape || b.type(in) == init) continue;
+      b.set_type(in, init);
+      differs = true;
+    }
+    if (differs) {
+      infer_shapes(b);
+      bool invariant = true;
+      for (size_t k = 0; k < n_carried; ++k)
+        invariant = invariant && body_output_type(b, 1 + k) == b.type(b.inputs()[2 + k]);
+      if (invariant) typed = std::move(b);
+    }
+  } catch (const Error&) {
+    // The body does not infer with these types: keep what it declares.
+  }
+  const Graph& tb = typed ? *typed : body;
+  for (size_t k = 0; k < n_carried; ++k) r.outputs.push_back(carried_type(c.input(2 + k), body_output_type(tb, 1 + k)));
   for (size_t k = n_carried; k < n_out; ++k) {
-    TensorType t = body_output_type(body, 1 + k);
+    TensorType t = body_output_type(tb, 1 + k);
     if (t.has_shape) t.dims.insert(t.dims.begin(), trips);
     r.outputs.push_back(t);
   }

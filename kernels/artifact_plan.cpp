@@ -63,13 +63,13 @@ void check_artifact_plan(const json& plan, const std::string& path) {
   }
   if (plan.contains("conv_timings") && !plan["conv_timings"].is_object()) c.bad("conv_timings", "must be an object");
   c.strings(plan, "stages", "stages");
-  if (plan.contains("branches")) {
-    const json& br = plan["branches"];
-    if (!br.is_array()) c.bad("branches", "must be a list");
+  if (plan.contains("bodies")) {
+    const json& br = plan["bodies"];
+    if (!br.is_array()) c.bad("bodies", "must be a list");
     for (size_t i = 0; i < br.size(); ++i) {
-      const std::string f = "branches[" + std::to_string(i) + "]";
+      const std::string f = "bodies[" + std::to_string(i) + "]";
       if (!br[i].is_object()) c.bad(f, "must be an object");
-      for (const char* k : {"stage", "then", "else"}) c.string(br[i], k, f + "." + k);
+      for (const char* k : {"node", "attr", "dir"}) c.string(br[i], k, f + "." + k);
     }
   }
   const json& blocks = c.need(plan, "blocks", "blocks");

@@ -142,7 +142,7 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
     m->so_ = std::make_unique<SharedObject>(br.so_path);
   }
   m->pool_ = std::make_unique<ThreadPool>(o.threads);
-  m->compile_branches(o);
+  m->compile_bodies(o);
   // Entry points are resolved and weights packed on the first run, not here: a compile that only
   // saves the artifact (`nnfuse compile`) never packs them (BERT-base: 0.5 s of a warm compile).
   // The caller owns the graph (and may save the model, which writes model.onnx from it): keep.
@@ -308,8 +308,9 @@ void CpuModel::run_fallback(const Stage& st, void* const* ptrs, std::map<int, Te
                                    shape_str(t.shape()) + ", planned " + dtype_name(B.dtype) + shape_str(B.shape));
     std::memcpy(ptrs[b], t.raw(), size_t(B.bytes));
   };
-  if (run_branch(size_t(&st - mod_.stages.data()), input, output)) return;
-  run_stage_reference(mod_, st, st.outputs, input, output);
+  if (bodies_.empty()) return run_stage_reference(mod_, st, st.outputs, input, output);
+  run_stage_reference(mod_, st, st.outputs, input, output,
+                      [this](const Graph& body, const TensorMap& feeds) { return run_body(body, feeds); });
 }
 
 TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const {
@@ -410,14 +411,14 @@ nlohmann::json CpuModel::profile(const TensorMap& feeds) const {
       std::vector<std::string> ops;
       for (NodeId id : s.nodes) ops.push_back(mod_.graph.node(id).op_type);
       rows.push_back({{"kernel", "b" + std::to_string(s.block)}, {"ops", ops}, {"mapping_type", s.mapping}, {"ms", 0.0}, {"flops", 0.0},
-                      {"stages", nlohmann::json::array()}, {"generated", s.kind != StageKind::Fallback || branches_.count(i) > 0},
+                      {"stages", nlohmann::json::array()}, {"generated", s.kind != StageKind::Fallback || compiled_stages_.count(i) > 0},
                       {"layout", layout_name(0)}});
     }
     auto& r = rows[row_of[s.block]];
     r["ms"] = r["ms"].get<double>() + ms[i];
     r["flops"] = r["flops"].get<double>() + s.flops;
     r["stages"].push_back(s.name + (s.anchor_op.empty() ? "" : ":" + s.anchor_op));
-    if (s.kind == StageKind::Fallback && !branches_.count(i)) r["generated"] = false;
+    if (s.kind == StageKind::Fallback && !compiled_stages_.count(i)) r["generated"] = false;
     if (s.layout_block > 0) r["layout"] = layout_name(s.layout_block);
     if (std::string a = conv_algorithm_name(s); !a.empty()) r["algorithm"] = a;
   }
@@ -434,7 +435,7 @@ nlohmann::json CpuModel::info() const {
   j["kernels"] = mod_.blocks;
   j["threads"] = pool_ ? pool_->threads() : 0;
   j["memory"] = mod_.summary();
-  branch_summary(j["memory"]);  // an If with compiled branches counts by what its branches run
+  body_summary(j["memory"]);  // control flow with compiled bodies counts by what its bodies run
   j["build"] = build_info_;
   {
     std::lock_guard<std::mutex> lock(arenas_mu_);
@@ -532,7 +533,7 @@ void CpuModel::save(const std::string& dir) const {
   for (auto& s : mod_.stages) stages.push_back(s.name + ":" + stage_kind_name(s.kind));
   plan["stages"] = stages;
   plan["memory"] = mod_.summary();
-  if (!branches_.empty()) plan["branches"] = save_branches(dir);
+  if (!bodies_.empty()) plan["bodies"] = save_bodies(dir, m.graph);
   std::ofstream f(fs::path(dir) / "plan.json");
   f << plan.dump(2) << "\n";
   if (!f) fail(ErrorKind::Io, "cannot write plan.json in '" + dir + "'");
@@ -679,7 +680,7 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   }
   m->pool_ = std::make_unique<ThreadPool>(threads);
   m->build_info_ = {{"artifact", dir}, {"hash", m->hash_}};
-  if (plan.contains("branches")) m->load_branches(plan["branches"], dir, threads);
+  if (plan.contains("bodies")) m->load_bodies(plan["bodies"], dir, threads);
   // A loaded model is the only owner of its graph, so weights read only by prepare entry points
   // are freed once packed: about one copy of the weights stays resident.
   m->link_stages(/*release_originals=*/true);

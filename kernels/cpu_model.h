@@ -7,6 +7,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -30,9 +32,9 @@ struct CpuCompileOptions {
   // fastest (kernels/conv_probe.h); false: the lowering's cost model alone (deterministic).
   bool measure = true;
   std::function<void(size_t done, size_t total)> progress;  // compile progress (see ToolchainOptions)
-  // Compile the branches of If nodes as models of their own (kernels/cpu_branches.cpp); false, or
-  // $NNFUSE_COMPILED_BRANCHES=0: the reference interpreter runs them.
-  bool compile_branches = true;
+  // Compile the bodies of If, Loop and Scan nodes as models of their own (kernels/cpu_bodies.cpp);
+  // false, or $NNFUSE_COMPILED_BODIES=0: the reference interpreter runs them.
+  bool compile_bodies = true;
 };
 
 bool is_cpu_target(const std::string& target);
@@ -86,23 +88,25 @@ class CpuModel {
   TensorMap run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const;
   void run_fallback(const Stage& st, void* const* ptrs, std::map<int, Tensor>& dyn) const;
 
-  // If nodes whose branches are compiled models (kernels/cpu_branches.cpp), per Fallback stage.
-  struct CompiledIf {
-    std::unique_ptr<CpuModel> then_m, else_m;
-    int cond = -1;             // the condition's buffer
-    std::vector<int> outputs;  // the node's output buffers (-1: unused), in the branches' output order
-    std::vector<std::pair<std::string, int>> then_inputs, else_inputs;  // each branch's inputs: outer buffers
+  // If/Loop/Scan bodies compiled as models of their own (kernels/cpu_bodies.cpp).
+  struct CompiledBody {
+    size_t stage;                     // the Fallback stage running the node
+    NodeId node;
+    std::string attr;                 // then_branch, else_branch or body
+    const Graph* body;                // the body in mod_.graph (what the reference kernels hand over)
+    std::unique_ptr<CpuModel> model;
   };
-  std::map<size_t, CompiledIf> branches_;
-  void compile_branches(const CpuCompileOptions& o);
-  void bind_branch(size_t stage, CompiledIf& c) const;
-  // The report's fallback counts, ops and reasons with compiled Ifs counted by their branches.
-  void branch_summary(nlohmann::json& mem) const;
-  // Runs stage `stage` through its compiled branches; false if it has none.
-  bool run_branch(size_t stage, const std::function<Tensor(int)>& input, const std::function<void(int, const Tensor&)>& output) const;
-  nlohmann::json save_branches(const std::string& dir) const;
-  void load_branches(const nlohmann::json& list, const std::string& dir, int threads);
-  // Blocks that run on reference kernels, in this model and its compiled branches.
+  std::vector<CompiledBody> bodies_;
+  std::set<size_t> compiled_stages_;  // Fallback stages whose control-flow bodies are all compiled
+  void compile_bodies(const CpuCompileOptions& o);
+  // The compiled body's outputs for these feeds (the body's inputs and outer reads by name), or
+  // nothing when `body` is not compiled or the feeds have other shapes.
+  std::optional<std::vector<Tensor>> run_body(const Graph& body, const TensorMap& feeds) const;
+  nlohmann::json save_bodies(const std::string& dir, const Graph& saved) const;
+  void load_bodies(const nlohmann::json& list, const std::string& dir, int threads);
+  // The report's fallback counts, ops and reasons with compiled control flow counted by its bodies.
+  void body_summary(nlohmann::json& mem) const;
+  // Blocks that run on reference kernels, in this model and its compiled bodies.
   int fallback_blocks() const;
 
   KernelModule mod_;
@@ -126,7 +130,7 @@ class CpuModel {
   std::string source_model_;
   uintmax_t source_model_size_ = 0;
   int64_t source_model_mtime_ = 0;
-  std::shared_ptr<ThreadPool> pool_;  // shared with the compiled branches
+  std::shared_ptr<ThreadPool> pool_;  // shared with the compiled bodies
   nlohmann::json build_info_;
   mutable std::mutex arenas_mu_;
   mutable std::vector<std::unique_ptr<char[]>> free_arenas_;

@@ -338,7 +338,10 @@ struct Lowerer {
   int load(StageBuilder& sb, int buffer, const IndexMap& m) {
     const KBuffer& b = mod.buffers[size_t(buffer)];
     if (b.dynamic) throw NoLowering{"reads '" + b.value + "', whose shape depends on data", "dynamic-shape"};
-    if (b.dtype != DType::Float32 && !int_as_float) throw NoLowering{"loads " + std::string(dtype_name(b.dtype)) + " value '" + b.value + "'", "dtype"};
+    // Bool and 8/16-bit values load exactly; whatever makes a non-float value from them is
+    // checked where it is produced (expr_uncached). Wider integers only inside a float Cast.
+    if (b.dtype != DType::Float32 && !int_as_float && !dm::exact_dtype(b.dtype))
+      throw NoLowering{"loads " + std::string(dtype_name(b.dtype)) + " value '" + b.value + "'", "dtype"};
     if (m.codomain() != b.shape) fail(ErrorKind::Invalid, "lowering: map " + m.str() + " does not reach buffer shape " + shape_str(b.shape));
     Expr e;
     e.kind = Expr::Load;
@@ -398,8 +401,11 @@ struct Lowerer {
     }
     const Node& n = g.node(pit->second);
     if (n.op_type == "Constant") return load(sb, buffer_for(v), m);
-    // Integer/bool values only where float holds them exactly (lower_data_movement.h).
-    if (g.type(v).dtype != DType::Float32 && !dm::exact_in_float(g, n) && !(int_as_float && dm::moves_data(n.op_type)))
+    // Integer/bool values only where float holds them exactly (lower_data_movement.h): made by a
+    // comparison or a float cast, or moved by data movement (bool and 8/16-bit values always,
+    // wider integers inside a Cast to float).
+    const bool exact_move = dm::moves_data(n.op_type) && (int_as_float || dm::exact_dtype(g.type(v).dtype));
+    if (g.type(v).dtype != DType::Float32 && !dm::exact_in_float(g, n) && !exact_move)
       no_lowering(n, std::string("produces ") + dtype_name(g.type(v).dtype));
     {
       DMHost h(*this, sb, bc);
@@ -621,7 +627,9 @@ struct Lowerer {
         Store st;
         st.buffer = buffer_for(v);
         auto pit = bc.producer.find(v);
-        bool exact = pit != bc.producer.end() && !bc.available.count(v) && dm::exact_in_float(g, g.node(pit->second));
+        // Made exactly (a comparison, a float cast), or any value of a type float holds exactly.
+        bool exact = (pit != bc.producer.end() && !bc.available.count(v) && dm::exact_in_float(g, g.node(pit->second))) ||
+                     dm::exact_dtype(mod.buffers[size_t(st.buffer)].dtype);
         if (mod.buffers[size_t(st.buffer)].dtype != DType::Float32 && !exact) throw NoLowering{"stores non-float value '" + v + "'", "dtype"};
         st.expr = e;
         st.map = identity_map(s);

@@ -10,6 +10,10 @@
 
 namespace nnfuse::dm {
 
+bool exact_dtype(DType d) {
+  return d == DType::Float32 || d == DType::Bool || d == DType::Int8 || d == DType::UInt8 || d == DType::Int16 || d == DType::UInt16;
+}
+
 namespace {
 
 const std::set<std::string> kCompare = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
@@ -191,9 +195,6 @@ int arg(ExprHost& h, const Node& n, size_t i, const IndexMap& m, bool as_float) 
 }
 
 // Float, or an integer type whose every value float holds exactly (bool, 8 and 16 bits).
-bool exact_dtype(DType d) {
-  return d == DType::Float32 || d == DType::Bool || d == DType::Int8 || d == DType::UInt8 || d == DType::Int16 || d == DType::UInt16;
-}
 bool float_exact(ExprHost& h, const std::string& v) { return exact_dtype(h.graph().type(v).dtype); }
 
 int cast_expr(ExprHost& h, const Node& n, const IndexMap& m) {

@@ -48,6 +48,8 @@ bool lowers_op(const std::string& op);
 bool elementwise_op(const std::string& op);
 // Ops that only move elements (an integer value read as float stays exact through them).
 bool moves_data(const std::string& op);
+// Types whose every value float holds exactly (float, bool, 8- and 16-bit integers).
+bool exact_dtype(DType d);
 // Node n produces a non-float value that the expression holds exactly (so it may be stored
 // into its integer/bool buffer): Cast from float, comparisons, logical ops.
 bool exact_in_float(const Graph& g, const Node& n);

@@ -670,6 +670,47 @@ def pytorch_vad_if(opset: int) -> ExportCase:
     return ExportCase(f"pytorch_vad_if_opset{opset}", m, feeds, {"input": [1, 576], "state": [2, 1, 128]})
 
 
+def tf2onnx_loop_rnn(opset: int) -> ExportCase:
+    """tf2onnx of a Keras SimpleRNN it could not rewrite into an ONNX RNN op (a custom cell): a
+    Loop over the time steps with the trip count from the input's shape, the condition passed
+    through an Identity, the state carried (declared with a symbolic batch, as tf2onnx writes it), the
+    step's input gathered from the outer sequence by the iteration number, and every state
+    scanned out; then a Dense head on the last state. 64 steps of a 128-unit cell: a Loop whose
+    per-iteration cost is mostly overhead unless its body is compiled."""
+    b = Builder(opset, seed=820 + opset)
+    x, T, I, H = "input_1:0", 64, 32, 128
+    xt = b.node("Transpose", [x], perm=[1, 0, 2])                                                 # [T, N, I]
+    trips = b.node("Gather", [b.node("Shape", [xt]), b.constant(np.array(0, dtype=np.int64))], axis=0)
+    cond0 = b.constant(np.array(True))
+    h0 = b.node("ConstantOfShape", [b.constant(np.array([1, H], dtype=np.int64))],
+                value=numpy_helper.from_array(np.zeros(1, dtype=np.float32)))
+    wx, wh, bias = b.weight("rnn/kernel:0", [I, H], 0.15), b.weight("rnn/recurrent_kernel:0", [H, H], 0.08), b.weight("rnn/bias:0", [H], 0.1)
+    first = len(b.nodes)
+    xi = b.node("Gather", [xt, "i"], axis=0)                                                       # [N, I]
+    pre = b.node("Add", [b.node("Add", [b.node("MatMul", [xi, wx]), b.node("MatMul", ["h_in", wh])]), bias])
+    h = b.node("Tanh", [pre])
+    cond_out = b.node("Identity", ["cond_in"])
+    h_out = b.node("Identity", [h])
+    scan = b.node("Identity", [h])
+    nodes = b.nodes[first:]
+    del b.nodes[first:]
+    body = helper.make_graph(nodes, "rnn_while_body",
+                             [helper.make_tensor_value_info("i", I64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("h_in", F32, ["unk__1", H])],
+                             [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []),
+                              helper.make_tensor_value_info(h_out, F32, ["unk__1", H]), helper.make_tensor_value_info(scan, F32, ["unk__1", H])])
+    h_last, states = b.node("Loop", [trips, cond0, h0], n_out=2, body=body)
+    y = b.node("Add", [b.node("MatMul", [h_last, b.weight("dense/kernel:0", [H, 10], 0.1)]), b.weight("dense/bias:0", [10], 0.1)])
+    b.nodes[-1].output[0] = "dense"
+    b.node("Identity", [states])
+    b.nodes[-1].output[0] = "states"
+    m = b.model([helper.make_tensor_value_info(x, F32, ["unk__0", T, I])],
+                [helper.make_tensor_value_info("dense", F32, ["unk__0", 10]), helper.make_tensor_value_info("states", F32, [T, "unk__0", H])],
+                "tf2onnx", "tf2onnx")
+    feeds = {x: np.random.default_rng(16).standard_normal((1, T, I)).astype(np.float32)}
+    return ExportCase(f"tf2onnx_loop_rnn_opset{opset}", m, feeds, {x: [1, T, I]})
+
+
 CASE_BUILDERS = {
     "pytorch_cnn_opset9": lambda: pytorch_cnn(9),
     "pytorch_cnn_opset11": lambda: pytorch_cnn(11),
@@ -697,6 +738,7 @@ CASE_BUILDERS = {
     "pytorch_gru_opset14": lambda: pytorch_gru(14),
     "pytorch_vad_opset16": lambda: pytorch_vad(16),
     "pytorch_vad_if_opset16": lambda: pytorch_vad_if(16),
+    "tf2onnx_loop_rnn_opset13": lambda: tf2onnx_loop_rnn(13),
 }
 
 

@@ -365,11 +365,11 @@ ARTIFACT_CASES = {
     "kernels-missing": (lambda d: (d / "kernels.so").unlink(), ["kernels.so"]),
     "kernels-truncated": (lambda d: (d / "kernels.so").write_bytes((d / "kernels.so").read_bytes()[:1000]), ["kernels.so", "checksum"]),
     "model-edited": (lambda d: _edit_weights(d / "model.onnx"), ["model.onnx", "checksum"]),
-    # Compiled If branches (kernels/cpu_branches.cpp): a list of {stage, then, else} folders
-    # inside the artifact, each naming an If stage of the model.
-    "branches-not-list": (_set("branches", {"stage": "b0_a"}), ["plan.json", "'branches'"]),
-    "branch-folder-escapes": (_set("branches", [{"stage": "b0_a", "then": "../../x", "else": "y"}]), ["'../../x'", "outside"]),
-    "branch-stage-not-if": (_set("branches", [{"stage": "b0_a", "then": "t", "else": "e"}]), ["'b0_a'", "not an If"]),
+    # Compiled If/Loop/Scan bodies (kernels/cpu_bodies.cpp): a list of {node, attr, dir}, each
+    # folder inside the artifact, each node a control-flow node of the model.
+    "bodies-not-list": (_set("bodies", {"node": "conv"}), ["plan.json", "'bodies'"]),
+    "body-folder-escapes": (_set("bodies", [{"node": "conv", "attr": "body", "dir": "../../x"}]), ["'../../x'", "outside"]),
+    "body-node-not-control-flow": (_set("bodies", [{"node": "conv", "attr": "body", "dir": "b"}]), ["'conv'", "no If, Loop or Scan"]),
 }
 
 

@@ -95,6 +95,30 @@ std::pair<std::unique_ptr<CpuModel>, nlohmann::json> build_host(const Model& m, 
   return {std::move(cm), std::move(info)};
 }
 
+// The report says that every body (`bodies` of them, of op `op`) was compiled and that nothing
+// runs on reference kernels.
+void check_all_compiled(const nlohmann::json& info, size_t bodies, const std::string& op) {
+  const auto& br = info["build"]["bodies"];
+  REQUIRE(br.size() == bodies);
+  for (auto& b : br) {
+    CHECK(b["op"] == op);
+    CHECK(b["compiled"] == true);
+    CHECK(b["fallback_blocks"] == 0);
+  }
+  CHECK(info["memory"]["fallback_blocks"] == 0);
+  CHECK(info["memory"]["compiled_control_flow_blocks"] == 1);
+  CHECK(info["memory"]["fallback_ops"].empty());
+}
+
+// The report says that no body was compiled, the first for `reason`.
+void check_not_compiled(const nlohmann::json& info, size_t bodies, const std::string& reason) {
+  const auto& br = info["build"]["bodies"];
+  REQUIRE(br.size() == bodies);
+  CHECK(br[0]["compiled"] == false);
+  CHECK(br[0]["reason"].get<std::string>().find(reason) != std::string::npos);
+  CHECK_FALSE(info["memory"].contains("compiled_control_flow_blocks"));
+}
+
 // A body reading `outer` (typed `t`) and giving `op(outer)` as `out`.
 std::shared_ptr<Graph> unary_body(const std::string& op, const std::string& outer, const TensorType& t, const std::string& out,
                                   const Attributes& attrs = {}) {
@@ -116,19 +140,13 @@ TEST_CASE("compiled branches: an If runs its branches as generated code and matc
     CpuCompileOptions o;
     auto [cm, info] = build_host(m, o, "branches");
     INFO(info.dump());
-    const auto& br = info["build"]["branches"];
-    REQUIRE(br.size() == 1);
-    CHECK(br[0]["compiled"] == true);
-    CHECK(br[0]["then_branch"]["fallback_blocks"] == 0);
-    CHECK(info["memory"]["fallback_blocks"] == 0);
-    CHECK(info["memory"]["compiled_if_blocks"] == 1);
-    CHECK(info["memory"]["fallback_ops"].empty());
+    check_all_compiled(info, 2, "If");
     check_all_conditions(*cm, m.graph, nested);
-    // The artifact keeps the branches (branches/<stage>_then|else, each an artifact) and runs
-    // them without a compiler.
+    // The artifact keeps the bodies (bodies/<k>, each an artifact) and runs them without a
+    // compiler.
     const fs::path dir = fs::path(o.cache_dir) / "artifact";
     cm->save(dir.string());
-    CHECK(fs::exists(dir / "branches"));
+    CHECK(fs::exists(dir / "bodies" / "1" / "plan.json"));
     auto loaded = CpuModel::load(dir.string(), 2);
     CHECK(loaded->info()["memory"]["fallback_blocks"] == 0);
     check_all_conditions(*loaded, m.graph, nested);
@@ -151,11 +169,7 @@ TEST_CASE("compiled branches: a branch without static shapes keeps the reference
   CpuCompileOptions o;
   auto [cm, info] = build_host(m, o, "branches_dyn");
   INFO(info.dump());
-  const auto& br = info["build"]["branches"];
-  REQUIRE(br.size() == 1);
-  CHECK(br[0]["compiled"] == false);
-  CHECK(br[0]["reason"].get<std::string>().find("no static shape") != std::string::npos);
-  CHECK_FALSE(info["memory"].contains("compiled_if_blocks"));
+  check_not_compiled(info, 2, "no static shape");
   TensorMap feeds{{"x", Tensor::from_vector<float>({6}, {1, -2, 3, 0, 5, -1})}};
   for (bool cond : {false, true}) {
     feeds["c"] = Tensor::scalar<bool>(cond);
@@ -163,4 +177,69 @@ TEST_CASE("compiled branches: a branch without static shapes keeps the reference
   }
   std::error_code ec;
   fs::remove_all(o.cache_dir, ec);
+}
+
+namespace {
+
+// Loop(M, cond) over h: h' = Tanh(h W + x) + i (the iteration number, cast), scanned each step.
+// With `grow`, a second carried value doubles each iteration (Concat with itself), so its shape
+// is not the one the body can be compiled for.
+Model loop_model(bool grow) {
+  GraphBuilder gb(grow ? "growing_loop" : "rnn_loop");
+  auto trips = gb.input("M", DType::Int64, {});
+  auto x = gb.input("x", DType::Float32, {1, 16});
+  auto h0 = gb.input("h0", DType::Float32, {1, 16});
+  gb.weight("W", {16, 16}, 0.3f);
+  auto body = std::make_shared<Graph>();
+  body->is_subgraph = true;
+  body->opset_imports[""] = 17;
+  body->add_input("i", TensorType(DType::Int64, {}));
+  body->add_input("cond_in", TensorType(DType::Bool, {}));
+  body->add_input("h_in", TensorType::unknown_shape(DType::Float32));  // as exporters often leave it
+  body->declare_value("W", TensorType::of(DType::Float32, {16, 16}));
+  body->declare_value(x, TensorType::of(DType::Float32, {1, 16}));
+  body->add_node("MatMul", {"h_in", "W"}, {"hw"});
+  body->add_node("Add", {"hw", x}, {"pre"});
+  body->add_node("Tanh", {"pre"}, {"act"});
+  body->add_node("Cast", {"i"}, {"fi"}, GraphBuilder::attrs({{"to", A::i(int64_t(DType::Float32))}}));
+  body->add_node("Add", {"act", "fi"}, {"h_out"});
+  body->add_node("Identity", {"cond_in"}, {"cond_out"});
+  std::vector<std::string> outs = {"cond_out", "h_out"};
+  std::vector<std::string> ins = {trips, "", h0};
+  if (grow) {
+    body->add_input("g_in", TensorType::unknown_shape(DType::Float32));
+    body->add_node("Concat", {"g_in", "g_in"}, {"g_out"}, GraphBuilder::attrs({{"axis", A::i(0)}}));
+    outs.push_back("g_out");
+    ins.push_back(gb.weight("g0", {1}, 1.f));
+  }
+  body->add_node("Identity", {"h_out"}, {"scan_h"});
+  outs.push_back("scan_h");
+  for (auto& o : outs) body->add_output(o);
+  auto res = gb.op_n("Loop", ins, int(outs.size()) - 1, GraphBuilder::attrs({{"body", Attribute::make_graph(body)}}));
+  for (auto& r : res) gb.output(r);
+  return gb.finish();
+}
+
+}  // namespace
+
+TEST_CASE("compiled bodies: a Loop body runs as generated code each iteration, unless its carried shapes change", "[codegen][control]") {
+  for (bool grow : {false, true}) {
+    INFO((grow ? "growing carried value" : "shape-invariant"));
+    Model m = loop_model(grow);
+    CpuCompileOptions o;
+    auto [cm, info] = build_host(m, o, grow ? "loop_grow" : "loop_body");
+    INFO(info.dump());
+    if (grow) check_not_compiled(info, 1, "loop-carried 'g_in'");
+    else check_all_compiled(info, 1, "Loop");
+    // The growing Loop runs on the reference path without iterations only: with some, the outer
+    // graph's type of its carried output ([1], from the initial value) is what the run contradicts.
+    TensorMap feeds = random_feeds(m.graph, 4);
+    for (int64_t trips : grow ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 1, 7}) {
+      INFO("trips " << trips);
+      feeds["M"] = Tensor::scalar<int64_t>(trips);
+      check_close(cm->run(feeds), run_reference(m.graph, feeds));
+    }
+    std::error_code ec;
+    fs::remove_all(o.cache_dir, ec);
+  }
 }
