@@ -22,13 +22,17 @@ void run_stage_reference(const KernelModule& mod, const Stage& st, const std::ve
     }
     return &(local[v] = input(b));
   };
+  // What each body reads from outside, found once per stage run (a Loop asks at every iteration).
+  std::map<const Graph*, std::vector<std::string>> reads;
   SubgraphRunner sub = [&](const Graph& body, const std::vector<Tensor>& inputs) {
     TensorMap feeds;
     const auto& names = body.inputs();
     for (size_t i = 0; i < names.size() && i < inputs.size(); ++i) feeds[names[i]] = inputs[i];
     // A body reads values of the enclosing graph by name (the planner lists them as block inputs).
     TensorMap scope;
-    for (auto& r : body.outer_references())
+    auto rit = reads.find(&body);
+    if (rit == reads.end()) rit = reads.emplace(&body, body.outer_references()).first;
+    for (auto& r : rit->second)
       if (g.has_value(r)) scope[r] = *value(r);
     if (body_runner) {
       TensorMap all = feeds;
