@@ -161,6 +161,18 @@ double node_flops(const Graph& g, NodeId id) {
   return total;
 }
 
+double graph_flops(const Graph& g) {
+  double total = 0;
+  for (NodeId id : g.node_ids()) {
+    try {
+      total += node_flops(g, id);
+    } catch (const Error&) {
+      // An op we cannot count (unsupported in a body) counts as zero; the count is an estimate.
+    }
+  }
+  return total;
+}
+
 std::vector<Tensor> run_node(const Node& n, int64_t opset, const std::vector<const Tensor*>& inputs,
                              const SubgraphRunner& run_subgraph) {
   const OpSchema& s = OpRegistry::global().get(n, opset);

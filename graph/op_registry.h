@@ -98,6 +98,8 @@ class OpRegistry {
 // Mapping type / FLOPs of a node in its graph (types from the graph's values).
 MappingType node_mapping_type(const Graph& g, NodeId id);
 double node_flops(const Graph& g, NodeId id);
+// The sum of node_flops over a graph's nodes; an op whose count fails counts as zero (an estimate).
+double graph_flops(const Graph& g);
 
 // Evaluates one node with its reference kernel. Checks arity; errors name the node.
 std::vector<Tensor> run_node(const Node& n, int64_t opset, const std::vector<const Tensor*>& inputs,

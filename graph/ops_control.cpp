@@ -98,18 +98,6 @@ std::vector<Tensor> run_if(const KernelContext& c) {
   return outs;
 }
 
-double body_flops(const Graph& body) {
-  double total = 0;
-  for (NodeId id : body.node_ids()) {
-    try {
-      total += node_flops(body, id);
-    } catch (const Error&) {
-      // An op we cannot count (unsupported in the body) counts as zero; the count is an estimate.
-    }
-  }
-  return total;
-}
-
 // ---- Loop ---------------------------------------------------------------------------------
 // Stacks per-iteration tensors along a new leading axis.
 Tensor stack(const std::vector<Tensor>& parts, const KernelContext& c, size_t which) {
@@ -535,7 +523,7 @@ void register_control_ops(OpRegistry& r) {
   if_op.flops = [](const Node& n, const std::vector<TensorType>&, const std::vector<TensorType>&) {
     double f = 0;
     for (const char* b : {"then_branch", "else_branch"})
-      if (auto* a = n.attrs.find(b); a && a->g) f = std::max(f, body_flops(*a->g));
+      if (auto* a = n.attrs.find(b); a && a->g) f = std::max(f, graph_flops(*a->g));
     return f;
   };
   r.add(std::move(if_op));
@@ -546,7 +534,7 @@ void register_control_ops(OpRegistry& r) {
   // The trip count is data, unknown here: one iteration's worth.
   loop.flops = [](const Node& n, const std::vector<TensorType>&, const std::vector<TensorType>&) {
     auto* a = n.attrs.find("body");
-    return a && a->g ? body_flops(*a->g) : 0.0;
+    return a && a->g ? graph_flops(*a->g) : 0.0;
   };
   r.add(std::move(loop));
 
@@ -565,7 +553,7 @@ void register_control_ops(OpRegistry& r) {
       if (t.has_shape && ax < 0) ax += t.rank();
       if (t.has_shape && ax >= 0 && ax < t.rank() && t.dims[size_t(ax)].known()) trips = double(t.dims[size_t(ax)].value);
     }
-    return trips * body_flops(*a->g);
+    return trips * graph_flops(*a->g);
   };
   r.add(std::move(scan));
 }

@@ -20,6 +20,7 @@
 #include "fusion/planner.h"
 #include "fusion/target.h"
 #include "graph/error.h"
+#include "graph/op_registry.h"
 #include "graph/shape_inference.h"
 #include "kernels/cpu_model.h"
 
@@ -57,6 +58,11 @@ bool all_bodies(const Graph& g, const Stage& st, F&& f) {
   }
   return all && any;
 }
+
+// A body doing less work than this stays interpreted: compiling it costs seconds and saves
+// microseconds (shape arithmetic in an If, a counter in a Loop). The VAD branch of the tests does
+// about 2 MFLOP, the tf2onnx Loop RNN's step 57 kFLOP.
+constexpr double kMinBodyFlops = 10e3;
 
 // A scalar's type as the body declares it: [] or [1] (how the ops feed it, body_scalar).
 TensorType scalar_like(DType d, const TensorType& declared) {
@@ -124,6 +130,8 @@ void CpuModel::compile_bodies(const CpuCompileOptions& o) {
         const Graph* body = body_of(n, attr);
         if (!body) fail(ErrorKind::Model, "no graph attribute '" + attr + "'");
         Graph g = body_model(mod_.graph, n, *body, st.name + "_" + attr);
+        if (const double f = graph_flops(g); f < kMinBodyFlops)
+          fail(ErrorKind::Unsupported, "too little work to pay for a compile (" + std::to_string(int64_t(f)) + " FLOPs)");
         FusionPlan plan = plan_fusion(g, target_by_name(o.target), po);
         CompiledBody c{i, id, attr, body, build(g, &plan, co)};
         c.model->pool_ = pool_;

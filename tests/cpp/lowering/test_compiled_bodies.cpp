@@ -133,7 +133,7 @@ std::shared_ptr<Graph> unary_body(const std::string& op, const std::string& oute
 
 }  // namespace
 
-TEST_CASE("compiled branches: an If runs its branches as generated code and matches the reference", "[codegen][control]") {
+TEST_CASE("compiled bodies: an If runs its branches as generated code and matches the reference", "[codegen][control]") {
   for (bool nested : {false, true}) {
     INFO((nested ? "nested" : "one If"));
     Model m = if_model(nested);
@@ -155,7 +155,30 @@ TEST_CASE("compiled branches: an If runs its branches as generated code and matc
   }
 }
 
-TEST_CASE("compiled branches: a branch without static shapes keeps the reference path and says why", "[codegen][control]") {
+TEST_CASE("compiled bodies: bodies with too little work stay interpreted", "[codegen][control]") {
+  // Branches of a few element-wise ops (shape arithmetic, a clamp): a compile would cost more
+  // than it ever saves.
+  GraphBuilder gb("tiny_if");
+  auto c = gb.input("c", DType::Bool, {});
+  auto x = gb.input("x", DType::Float32, {4});
+  const TensorType t = TensorType::of(DType::Float32, {4});
+  gb.output(gb.op("If", {c}, GraphBuilder::attrs({{"then_branch", Attribute::make_graph(unary_body("Relu", x, t, "t_out"))},
+                                                  {"else_branch", Attribute::make_graph(unary_body("Neg", x, t, "e_out"))}})));
+  Model m = gb.finish();
+  CpuCompileOptions o;
+  auto [cm, info] = build_host(m, o, "tiny_if");
+  INFO(info.dump());
+  check_not_compiled(info, 2, "too little work");
+  TensorMap feeds = random_feeds(m.graph, 2);
+  for (bool cond : {false, true}) {
+    feeds["c"] = Tensor::scalar<bool>(cond);
+    check_close(cm->run(feeds), run_reference(m.graph, feeds));
+  }
+  std::error_code ec;
+  fs::remove_all(o.cache_dir, ec);
+}
+
+TEST_CASE("compiled bodies: a branch without static shapes keeps the reference path and says why", "[codegen][control]") {
   // The then-branch reads NonZero's output, whose length only the run decides.
   GraphBuilder gb("dynamic_branch");
   auto c = gb.input("c", DType::Bool, {});
@@ -181,23 +204,23 @@ TEST_CASE("compiled branches: a branch without static shapes keeps the reference
 
 namespace {
 
-// Loop(M, cond) over h: h' = Tanh(h W + x) + i (the iteration number, cast), scanned each step.
+// Loop(M, cond) over h [1, 128]: h' = Tanh(h W + x) + i (the iteration number, cast), scanned each step.
 // With `grow`, a second carried value doubles each iteration (Concat with itself), so its shape
 // is not the one the body can be compiled for.
 Model loop_model(bool grow) {
   GraphBuilder gb(grow ? "growing_loop" : "rnn_loop");
   auto trips = gb.input("M", DType::Int64, {});
-  auto x = gb.input("x", DType::Float32, {1, 16});
-  auto h0 = gb.input("h0", DType::Float32, {1, 16});
-  gb.weight("W", {16, 16}, 0.3f);
+  auto x = gb.input("x", DType::Float32, {1, 128});
+  auto h0 = gb.input("h0", DType::Float32, {1, 128});
+  gb.weight("W", {128, 128}, 0.1f);
   auto body = std::make_shared<Graph>();
   body->is_subgraph = true;
   body->opset_imports[""] = 17;
   body->add_input("i", TensorType(DType::Int64, {}));
   body->add_input("cond_in", TensorType(DType::Bool, {}));
   body->add_input("h_in", TensorType::unknown_shape(DType::Float32));  // as exporters often leave it
-  body->declare_value("W", TensorType::of(DType::Float32, {16, 16}));
-  body->declare_value(x, TensorType::of(DType::Float32, {1, 16}));
+  body->declare_value("W", TensorType::of(DType::Float32, {128, 128}));
+  body->declare_value(x, TensorType::of(DType::Float32, {1, 128}));
   body->add_node("MatMul", {"h_in", "W"}, {"hw"});
   body->add_node("Add", {"hw", x}, {"pre"});
   body->add_node("Tanh", {"pre"}, {"act"});
