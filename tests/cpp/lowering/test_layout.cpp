@@ -286,10 +286,8 @@ TEST_CASE("layout: convs to one output channel store only lane 0 into plain buff
   FusionPlan plan = host_plan(m.graph);
   TensorMap feeds = random_feeds(m.graph, 7);
   TensorMap want = run_reference(m.graph, feeds);
-  for (const char* target : {"host", "x86-avx2"}) {
-    INFO("target " << target);
+  {  // the host's block; the mask does not depend on the block size
     CpuCompileOptions o = test_compile_options("layout_one_channel");
-    o.target = target;
     auto cm = CpuModel::build(m.graph, &plan, o);
     CHECK(count_convs(cm->module(), true) == 3);
     check_layout_invariants(cm->module());
