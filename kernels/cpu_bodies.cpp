@@ -123,7 +123,7 @@ void CpuModel::compile_bodies(const CpuCompileOptions& o) {
   for (size_t i = 0; i < mod_.stages.size(); ++i) {
     const Stage& st = mod_.stages[i];
     if (st.kind != StageKind::Fallback) continue;
-    const bool all = all_bodies(mod_.graph, st, [&](NodeId id, const Node& n, const std::string& attr) {
+    all_bodies(mod_.graph, st, [&](NodeId id, const Node& n, const std::string& attr) {
       nlohmann::json row = {{"stage", st.name}, {"node", n.name}, {"op", n.op_type}, {"body", attr}};
       bool ok = false;
       try {
@@ -146,8 +146,8 @@ void CpuModel::compile_bodies(const CpuCompileOptions& o) {
       report.push_back(row);
       return ok;
     });
-    if (all) compiled_stages_.insert(i);
   }
+  mark_compiled_stages();
   if (!report.empty()) build_info_["bodies"] = report;
 }
 
@@ -236,8 +236,13 @@ void CpuModel::load_bodies(const nlohmann::json& list, const std::string& dir, i
     c.model->pool_ = pool_;
     bodies_.push_back(std::move(c));
   }
-  // A stage runs as generated code when every body of its control-flow nodes was compiled.
-  for (auto& [id, i] : stage_of) {
+  mark_compiled_stages();
+}
+
+void CpuModel::mark_compiled_stages() {
+  compiled_stages_.clear();
+  for (size_t i = 0; i < mod_.stages.size(); ++i) {
+    if (mod_.stages[i].kind != StageKind::Fallback) continue;
     const bool all = all_bodies(mod_.graph, mod_.stages[i], [&](NodeId m, const Node&, const std::string& attr) {
       for (auto& b : bodies_)
         if (b.node == m && b.attr == attr) return true;

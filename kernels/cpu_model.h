@@ -99,6 +99,7 @@ class CpuModel {
   std::vector<CompiledBody> bodies_;
   std::set<size_t> compiled_stages_;  // Fallback stages whose control-flow bodies are all compiled
   void compile_bodies(const CpuCompileOptions& o);
+  void mark_compiled_stages();  // compiled_stages_ from bodies_
   // The compiled body's outputs for these feeds (the body's inputs and outer reads by name), or
   // nothing when `body` is not compiled or the feeds have other shapes.
   std::optional<std::vector<Tensor>> run_body(const Graph& body, const TensorMap& feeds) const;

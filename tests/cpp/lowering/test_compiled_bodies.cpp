@@ -1,4 +1,4 @@
-// If nodes whose branches are compiled models (kernels/cpu_branches.cpp): each branch is generated
+// If/Loop/Scan bodies compiled as models of their own (kernels/cpu_bodies.cpp): each body is generated
 // code, the taken one runs on the outer buffers, nested Ifs compile recursively, artifacts keep the
 // branches, and a branch that cannot be compiled keeps the reference path with its reason.
 #include <catch2/catch.hpp>
@@ -131,6 +131,25 @@ std::shared_ptr<Graph> unary_body(const std::string& op, const std::string& oute
   return body;
 }
 
+// Adds an If on input "c" with these branches as gb's output; its branches must stay interpreted
+// for `reason` (the report says so) and both conditions match the reference.
+void check_interpreted_if(GraphBuilder& gb, std::shared_ptr<Graph> then_b, std::shared_ptr<Graph> else_b, const std::string& tag,
+                          const std::string& reason, TensorMap feeds) {
+  gb.output(gb.op("If", {"c"}, GraphBuilder::attrs({{"then_branch", Attribute::make_graph(std::move(then_b))},
+                                                    {"else_branch", Attribute::make_graph(std::move(else_b))}})));
+  Model m = gb.finish();
+  CpuCompileOptions o;
+  auto [cm, info] = build_host(m, o, tag);
+  INFO(info.dump());
+  check_not_compiled(info, 2, reason);
+  for (bool cond : {false, true}) {
+    feeds["c"] = Tensor::scalar<bool>(cond);
+    check_close(cm->run(feeds), run_reference(m.graph, feeds));
+  }
+  std::error_code ec;
+  fs::remove_all(o.cache_dir, ec);
+}
+
 }  // namespace
 
 TEST_CASE("compiled bodies: an If runs its branches as generated code and matches the reference", "[codegen][control]") {
@@ -159,47 +178,23 @@ TEST_CASE("compiled bodies: bodies with too little work stay interpreted", "[cod
   // Branches of a few element-wise ops (shape arithmetic, a clamp): a compile would cost more
   // than it ever saves.
   GraphBuilder gb("tiny_if");
-  auto c = gb.input("c", DType::Bool, {});
+  gb.input("c", DType::Bool, {});
   auto x = gb.input("x", DType::Float32, {4});
   const TensorType t = TensorType::of(DType::Float32, {4});
-  gb.output(gb.op("If", {c}, GraphBuilder::attrs({{"then_branch", Attribute::make_graph(unary_body("Relu", x, t, "t_out"))},
-                                                  {"else_branch", Attribute::make_graph(unary_body("Neg", x, t, "e_out"))}})));
-  Model m = gb.finish();
-  CpuCompileOptions o;
-  auto [cm, info] = build_host(m, o, "tiny_if");
-  INFO(info.dump());
-  check_not_compiled(info, 2, "too little work");
-  TensorMap feeds = random_feeds(m.graph, 2);
-  for (bool cond : {false, true}) {
-    feeds["c"] = Tensor::scalar<bool>(cond);
-    check_close(cm->run(feeds), run_reference(m.graph, feeds));
-  }
-  std::error_code ec;
-  fs::remove_all(o.cache_dir, ec);
+  check_interpreted_if(gb, unary_body("Relu", x, t, "t_out"), unary_body("Neg", x, t, "e_out"), "tiny_if", "too little work",
+                       {{"x", Tensor::from_vector<float>({4}, {1, -2, 3, -4})}});
 }
 
 TEST_CASE("compiled bodies: a branch without static shapes keeps the reference path and says why", "[codegen][control]") {
-  // The then-branch reads NonZero's output, whose length only the run decides.
+  // The branches read NonZero's output, whose length only the run decides.
   GraphBuilder gb("dynamic_branch");
-  auto c = gb.input("c", DType::Bool, {});
+  gb.input("c", DType::Bool, {});
   auto x = gb.input("x", DType::Float32, {6});
   auto nz = gb.op("NonZero", {gb.op("Relu", {x})});
   const TensorType nz_type(DType::Int64, {Dim(1), Dim()});
-  auto then_b = unary_body("ReduceSum", nz, nz_type, "t_sum", GraphBuilder::attrs({{"keepdims", A::i(0)}}));
-  auto else_b = unary_body("ReduceMax", nz, nz_type, "e_max", GraphBuilder::attrs({{"keepdims", A::i(0)}}));
-  gb.output(gb.op("If", {c}, GraphBuilder::attrs({{"then_branch", Attribute::make_graph(then_b)}, {"else_branch", Attribute::make_graph(else_b)}})));
-  Model m = gb.finish();
-  CpuCompileOptions o;
-  auto [cm, info] = build_host(m, o, "branches_dyn");
-  INFO(info.dump());
-  check_not_compiled(info, 2, "no static shape");
-  TensorMap feeds{{"x", Tensor::from_vector<float>({6}, {1, -2, 3, 0, 5, -1})}};
-  for (bool cond : {false, true}) {
-    feeds["c"] = Tensor::scalar<bool>(cond);
-    check_close(cm->run(feeds), run_reference(m.graph, feeds));
-  }
-  std::error_code ec;
-  fs::remove_all(o.cache_dir, ec);
+  const Attributes no_keep = GraphBuilder::attrs({{"keepdims", A::i(0)}});
+  check_interpreted_if(gb, unary_body("ReduceSum", nz, nz_type, "t_sum", no_keep), unary_body("ReduceMax", nz, nz_type, "e_max", no_keep),
+                       "branches_dyn", "no static shape", {{"x", Tensor::from_vector<float>({6}, {1, -2, 3, 0, 5, -1})}});
 }
 
 namespace {
