@@ -1,8 +1,11 @@
 // Microbenchmark of the CPU microkernels against the machine's measured FMA peak (issue 21).
 //
 //   g++ -O3 -std=c++20 -fno-math-errno -DNDEBUG -march=native -I. bench/kernels_bench.cpp -o kernels_bench -pthread
-//   ./kernels_bench [--threads 1] [--reps 5] [--only gemm|gemv|conv|mobile|nchw]
+//   ./kernels_bench [--threads 1] [--reps 5] [--only gemm|gemv|conv|mobile|nchw] [--cold-weights]
 //
+// --cold-weights: each conv call reads the next of several copies of its packed weights (together
+// past 3x a 4 MiB L2), as in a model, where the other layers' weights pass through the cache
+// between two calls of a layer; the input stays warm, as the layer before just wrote it.
 // (-march=native: the best ISA of this machine, as `--target host` compiles generated kernels.)
 // Prints one line per case: shape, best-of-reps milliseconds, GFLOP/s and the percentage of the
 // peak measured here in the same process (a register-only FMA loop over as many independent
@@ -38,6 +41,7 @@ using V = mk::vfloat<Arch>;
 constexpr int64_t L = int64_t(V::size);
 
 namespace {
+bool g_cold_weights = false;
 
 // A par-for over std::threads: contiguous chunks, the caller takes the first (the runtime's pool
 // has the same shape; a fresh set of threads per call costs ~20 us, negligible at these sizes).
@@ -209,11 +213,21 @@ void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak,
   pw.pack(w.data(), cc.K, Cg, cc.KH, cc.KH, L);
   std::vector<float> y(size_t(mk::nchwc_blocks(cc.K, L) * L * a.OH * a.OW));
   a.x = x.data(), a.w = pw.w.data(), a.y = y.data();
+  std::vector<std::vector<float>> copies;
+  size_t next_copy = 0;
+  if (g_cold_weights) {
+    const size_t bytes = pw.w.size() * sizeof(float), want = (size_t(12) << 20) / std::max<size_t>(bytes, 1) + 1;
+    for (size_t i = 0; i < std::max<size_t>(want, 2); ++i) copies.push_back(pw.w);
+  }
+  auto rotate = [&] {
+    if (!copies.empty()) a.w = copies[next_copy++ % copies.size()].data();
+  };
   // A 1x1 layer runs the pointwise class, as the generated stage calls it (the Any class takes
   // the checked general tile for short tiles).
   constexpr mk::ConvClass pointwise{mk::ConvKind::Pointwise};
   const bool is_pw = !depthwise && mk::conv_pointwise_geometry(a);
   const double s = seconds_of([&] {
+    rotate();
     if (is_pw) mk::conv2d_nchwc<Arch, pointwise>(a, mk::IdentityEpilogue{}, par);
     else mk::conv2d_nchwc<Arch>(a, mk::IdentityEpilogue{}, par);
   }, reps);
@@ -304,8 +318,9 @@ int main(int argc, char** argv) {
     if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--cold-weights") g_cold_weights = true;
     else {
-      std::fprintf(stderr, "usage: %s [--threads T] [--reps N] [--only gemm|gemv|conv|mobile|nchw]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads T] [--reps N] [--only gemm|gemv|conv|mobile|nchw] [--cold-weights]\n", argv[0]);
       return 2;
     }
   }

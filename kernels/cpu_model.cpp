@@ -17,6 +17,7 @@
 #include "kernels/conv_probe.h"
 #include "kernels/cross_run.h"
 #include "kernels/emit_cpp.h"
+#include "kernels/stage_timing.h"
 #include "fusion/attention_pattern.h"
 #include "lowering/stage_reference.h"
 
@@ -399,9 +400,8 @@ TensorMap CpuModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_
 
 TensorMap CpuModel::run(const TensorMap& feeds) const { return cross_ ? run_cross(feeds) : run_impl(feeds, nullptr); }
 
-nlohmann::json CpuModel::profile(const TensorMap& feeds) const {
-  std::vector<double> ms;
-  run_impl(feeds, &ms);
+nlohmann::json CpuModel::profile(const TensorMap& feeds, int runs) const {
+  const std::vector<double> ms = median_stage_ms(runs, [&](std::vector<double>* m) { run_impl(feeds, m); });
   nlohmann::json rows = nlohmann::json::array();
   std::map<int, size_t> row_of;
   for (size_t i = 0; i < mod_.stages.size(); ++i) {

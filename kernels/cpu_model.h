@@ -53,8 +53,8 @@ class CpuModel {
   void save(const std::string& dir) const;
 
   TensorMap run(const TensorMap& feeds) const;
-  // Runs once, timing every stage; one row per block (kernel, ops, mapping type, ms, GFLOP/s).
-  nlohmann::json profile(const TensorMap& feeds) const;
+  // Times every stage over `runs` runs (the median); one row per block (kernel, ops, mapping type, ms, GFLOP/s).
+  nlohmann::json profile(const TensorMap& feeds, int runs = 1) const;
   nlohmann::json info() const;
   const KernelModule& module() const { return mod_; }
   // Bytes of original weight data the model still holds (buffers and graph initializers, each

@@ -49,7 +49,7 @@ class CpuExecutable : public Executable {
   explicit CpuExecutable(std::unique_ptr<CpuModel> m) : m_(std::move(m)) {}
   TensorMap run(const TensorMap& feeds) const override { return m_->run(feeds); }
   nlohmann::json info() const override { return m_->info(); }
-  nlohmann::json profile(const TensorMap& feeds) const override { return m_->profile(feeds); }
+  nlohmann::json profile(const TensorMap& feeds, int runs) const override { return m_->profile(feeds, runs); }
   const CpuModel& model() const { return *m_; }
 
  private:
@@ -62,7 +62,7 @@ class DeviceExecutable : public Executable {
   explicit DeviceExecutable(std::unique_ptr<device::DeviceModel> m) : m_(std::move(m)) {}
   TensorMap run(const TensorMap& feeds) const override { return m_->run(feeds); }
   nlohmann::json info() const override { return m_->info(); }
-  nlohmann::json profile(const TensorMap& feeds) const override { return m_->profile(feeds); }
+  nlohmann::json profile(const TensorMap& feeds, int runs) const override { return m_->profile(feeds, runs); }
 
  private:
   std::unique_ptr<device::DeviceModel> m_;

@@ -33,8 +33,8 @@ class Executable {
   virtual TensorMap run(const TensorMap& feeds) const = 0;
   // target, kernels, compile times, memory plan, ... for reports.
   virtual nlohmann::json info() const = 0;
-  // Per-kernel timings of the last profiled run (empty when the backend does not profile).
-  virtual nlohmann::json profile(const TensorMap& feeds) const { return nlohmann::json::array(); }
+  // Per-kernel timings: the median over `runs` timed runs (empty when the backend does not profile).
+  virtual nlohmann::json profile(const TensorMap& feeds, int runs = 1) const { (void)feeds; (void)runs; return nlohmann::json::array(); }
 };
 
 // A backend compiles an optimized model (graph after rewriting + its fusion plan) for targets it

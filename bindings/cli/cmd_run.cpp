@@ -236,7 +236,7 @@ int run_run(const ParsedArgs& args) {
   json profile = json::array();
   if (args.has("--profile")) {
     if (!exe) throw UsageError("--profile needs a compiled target (--target host, ...); the reference interpreter has no kernels to time", args.spec->usage_line());
-    profile = exe->profile(feed_map);
+    profile = exe->profile(feed_map, int(std::min<int64_t>(runs, 100)));
   }
   Timing timing = summarize(times), cpu_timing = summarize(cpu_times);
   for (auto& [name, file] : files) save_npy(result.at(name), file);
@@ -334,7 +334,7 @@ Command run_command() {
   s.options = {
       {"--target", "", "T", "where to run: host (default), x86-avx2, x86-avx512, arm-neon (generated C++ kernels), mali-opencl, volta-cuda (generated GPU kernels: docs/gpu.md), or reference (the interpreter)"},
       {"--compiled", "", "DIR", "run a compiled artifact written by `nnfuse compile -o DIR` (MODEL may also be that DIR)"},
-      {"--profile", "", "", "time every kernel once (compiled targets): kernel, member ops, mapping type, ms, GFLOP/s"},
+      {"--profile", "", "", "time every kernel (compiled targets), the median over --runs runs (at most 100): kernel, member ops, mapping type, ms, GFLOP/s"},
       {"--pipeline", "", "P", "none (the graph as imported; default for reference), auto (default for compiled targets), or a pipeline name"},
       {"--pipeline-file", "", "FILE", "a pipeline file to run instead of --pipeline"},
       {"--rules", "", "FILE", "a user rule file for the pipeline's rule passes", true},

@@ -8,6 +8,7 @@
 
 #include "graph/error.h"
 #include "kernels/exec_ctx.h"
+#include "kernels/stage_timing.h"
 #include "lowering/stage_reference.h"
 
 namespace nnfuse::device {
@@ -242,9 +243,8 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
 
 TensorMap DeviceModel::run(const TensorMap& feeds) const { return run_impl(feeds, nullptr); }
 
-nlohmann::json DeviceModel::profile(const TensorMap& feeds) const {
-  std::vector<double> ms;
-  run_impl(feeds, &ms);
+nlohmann::json DeviceModel::profile(const TensorMap& feeds, int runs) const {
+  const std::vector<double> ms = median_stage_ms(runs, [&](std::vector<double>* m) { run_impl(feeds, m); });
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < mod_.stages.size(); ++i) {
     const Stage& st = mod_.stages[i];

@@ -30,7 +30,7 @@ class DeviceModel {
   // Thread-safe; runs are serialised (one arena on the device).
   TensorMap run(const TensorMap& feeds) const;
   // Runs once, waiting after every stage: one row per stage (kernel or host, form, ms).
-  nlohmann::json profile(const TensorMap& feeds) const;
+  nlohmann::json profile(const TensorMap& feeds, int runs = 1) const;
   nlohmann::json info() const;
   const KernelModule& module() const { return mod_; }
   const DeviceProgram& program() const { return prog_; }

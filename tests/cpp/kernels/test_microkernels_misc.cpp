@@ -2,6 +2,7 @@
 // the reference interpreter (and the math functions against double-precision std:: functions).
 #include <limits>
 
+#include "kernels/stage_timing.h"
 #include "test_microkernels_util.h"
 
 using namespace mktest;
@@ -320,4 +321,18 @@ TEST_CASE("unary_map applies a generic lambda to batches and the tail", "[microk
       REQUIRE(std::fabs(y[size_t(i)] - want) <= 1e-5 + 1e-5 * std::fabs(want));
     }
   }
+}
+
+// `nnfuse run --profile` rows: each stage's median over the runs, not one run's time.
+TEST_CASE("profile timings are per-stage medians over the runs", "[profile]") {
+  const std::vector<std::vector<double>> runs = {{5.0, 1.0, 9.0}, {1.0, 2.0, 3.0}, {3.0, 100.0, 6.0}};
+  size_t r = 0;
+  auto timed = [&](std::vector<double>* ms) { *ms = runs[r++]; };
+  const auto med = nnfuse::median_stage_ms(3, timed);
+  CHECK(r == 3);
+  CHECK(med == std::vector<double>{3.0, 2.0, 6.0});
+  r = 0;
+  CHECK(nnfuse::median_stage_ms(2, timed) == std::vector<double>{3.0, 1.5, 6.0});  // even count: mean of the middle two
+  r = 0;
+  CHECK(nnfuse::median_stage_ms(0, timed) == runs[0]);  // at least one run
 }
