@@ -7,7 +7,7 @@ namespace nnfuse {
 GraphBuilder::GraphBuilder(const std::string& name, int64_t opset, uint64_t seed) : rng_(seed) {
   model_.graph.name = name;
   model_.graph.opset_imports[""] = opset;
-  model_.ir_version = opset >= 21 ? 10 : opset >= 19 ? 9 : opset >= 15 ? 8 : 7;
+  model_.ir_version = opset >= 23 ? 11 : opset >= 21 ? 10 : opset >= 19 ? 9 : opset >= 15 ? 8 : 7;
 }
 
 Attributes GraphBuilder::attrs(std::initializer_list<std::pair<const char*, Attribute>> kv) {

@@ -501,7 +501,7 @@ OpSchema control_schema(const char* name, int since, int min_in, int max_in, int
   OpSchema s;
   s.name = name;
   s.since = since;
-  s.until = 22;
+  s.until = 28;
   s.min_inputs = min_in;
   s.max_inputs = max_in;
   s.min_outputs = min_out;

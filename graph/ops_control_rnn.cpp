@@ -452,7 +452,7 @@ OpSchema rnn_schema(const char* name, RnnKind kind) {
   OpSchema s;
   s.name = name;
   s.since = 1;
-  s.until = 22;
+  s.until = 28;
   s.min_inputs = 3;
   s.max_inputs = max_inputs(kind);
   s.min_outputs = 0;

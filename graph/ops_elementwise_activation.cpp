@@ -145,6 +145,10 @@ void register_activation_ops(OpRegistry& r) {
     using C = decltype(v);
     return v * std::max(C(0), std::min(C(1), v * C(1.0 / 6.0) + C(0.5)));
   }));
+  // Swish (opset 24): x * Sigmoid(alpha * x); alpha 1 is SiLU.
+  r.add(unary_schema<kFloat>(
+      "Swish", 24, [](auto v, const Params& p) { return v * sigmoid(decltype(v)(p.a) * v); },
+      [](const Node& n, int64_t) { return alpha_param(n, 1.0f); }));
   r.add(unary_schema<kFloat>("Tanh", 7, [](auto v, const Params&) { return std::tanh(v); }));
   r.add(unary_schema<kFloat>("Softplus", 7, [](auto v, const Params&) { return softplus(v); }));
   r.add(unary_schema<kFloat>("Softsign", 7, [](auto v, const Params&) { return v / (decltype(v)(1) + std::fabs(v)); }));

@@ -154,6 +154,9 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_nn_conv_ops(r);
   nn::register_nn_norm_ops(r);
   nn::register_nn_reduce_ops(r);
+  nn::register_nn_rotary_ops(r);
+  nn::register_nn_attention_ops(r);
+  nn::register_nn_loss_ops(r);
 }
 
 }  // namespace nnfuse

@@ -19,14 +19,14 @@
 
 namespace nnfuse::nn {
 
-// The schema skeleton every nn op starts from: opsets [since, 21], arity bounds, family "nn";
+// The schema skeleton every nn op starts from: opsets [since, 28], arity bounds, family "nn";
 // Many-to-Many unless told otherwise (Quantize/Dequantize are One-to-One).
 inline OpSchema nn_schema(const std::string& name, int since, int min_in, int max_in, int min_out = 1, int max_out = 1,
                           MappingType mapping = MappingType::ManyToMany) {
   OpSchema s;
   s.name = name;
   s.since = since;
-  s.until = 21;
+  s.until = 28;
   s.min_inputs = min_in;
   s.max_inputs = max_in;
   s.min_outputs = min_out;
@@ -122,10 +122,25 @@ inline double numel_or0(const TensorType& t) {
   return n ? double(*n) : 0.0;
 }
 
+// A shape split at `axis`: the product of the dims before it, the axis length, the product after.
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+inline AxisSplit split_at(const Shape& s, int64_t axis) {
+  AxisSplit r;
+  r.n = s[size_t(axis)];
+  for (int64_t i = 0; i < axis; ++i) r.outer *= s[size_t(i)];
+  for (size_t i = size_t(axis) + 1; i < s.size(); ++i) r.inner *= s[i];
+  return r;
+}
+
 // Registration entry points of the split files.
 void register_nn_matmul_ops(OpRegistry& r);
 void register_nn_conv_ops(OpRegistry& r);
 void register_nn_norm_ops(OpRegistry& r);
 void register_nn_reduce_ops(OpRegistry& r);
+void register_nn_rotary_ops(OpRegistry& r);
+void register_nn_attention_ops(OpRegistry& r);
+void register_nn_loss_ops(OpRegistry& r);
 
 }  // namespace nnfuse::nn

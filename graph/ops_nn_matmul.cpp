@@ -335,6 +335,16 @@ std::vector<Tensor> quantize_kernel(const KernelContext& c) {
   return {out};
 }
 
+// The output type: the attribute output_dtype (opset 23 on) when set, else the scale's.
+DType dequantize_out_dtype(const Node& n, int64_t opset, DType scale) {
+  const int64_t od = opset >= 23 ? n.attrs.get_int("output_dtype", 0) : 0;
+  if (od == 0) return scale == DType::Undefined ? DType::Float32 : scale;
+  const DType t = DType(od);
+  if (t != DType::Float32 && t != DType::Float16 && t != DType::BFloat16)
+    fail(ErrorKind::Model, "DequantizeLinear: output_dtype " + std::to_string(od) + " is not float, float16 or bfloat16", {"", 0, 0, n.label(), n.op_type});
+  return t;
+}
+
 std::vector<Tensor> dequantize_kernel(const KernelContext& c) {
   const Tensor& x = c.input(0);
   const Tensor& s = c.input(1);
@@ -364,7 +374,8 @@ std::vector<Tensor> dequantize_kernel(const KernelContext& c) {
       }
     }
   });
-  if (s.dtype() != DType::Float32) return {out.cast(s.dtype())};
+  const DType od = dequantize_out_dtype(c.node, c.opset, s.dtype());
+  if (od != DType::Float32) return {out.cast(od)};
   return {out};
 }
 
@@ -744,7 +755,7 @@ void register_nn_matmul_ops(OpRegistry& r) {
     OpSchema s = nn_schema("DequantizeLinear", 10, 2, 3, 1, 1, MappingType::OneToOne);
     s.infer = [](const InferContext& c) {
       TensorType t = c.input(0);
-      t.dtype = c.input(1).dtype == DType::Undefined ? DType::Float32 : c.input(1).dtype;
+      t.dtype = dequantize_out_dtype(c.node, c.opset, c.input(1).dtype);
       return infer_one(t);
     };
     s.kernel = dequantize_kernel;

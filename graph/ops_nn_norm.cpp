@@ -1,4 +1,4 @@
-// Normalisations (BatchNormalization, LayerNormalization, InstanceNormalization,
+// Normalisations (BatchNormalization, LayerNormalization, RMSNormalization, LpNormalization, InstanceNormalization,
 // GroupNormalization, LRN, MeanVarianceNormalization) and Softmax, LogSoftmax, Hardmax.
 // Means and variances accumulate in double: these kernels are the oracle, not the fast path.
 #include <algorithm>
@@ -147,6 +147,56 @@ InferResult infer_layernorm(const InferContext& c) {
   r.outputs.push_back(TensorType(x.dtype, sd));
   r.outputs.push_back(TensorType(x.dtype, sd));
   return r;
+}
+
+// ---------------------------------------------------------------- RMSNormalization (opset 23)
+// Y = X / sqrt(mean(X^2 over the axes from `axis` on) + epsilon) * scale; the statistic in double
+// (stash_type asks for at least float).
+template <class T>
+std::vector<Tensor> rmsnorm_typed(const KernelContext& c, const std::vector<const Tensor*>& in) {
+  const Tensor& X = *in[0];
+  const int64_t axis = normalize_axis(c.node.attrs.get_int("axis", -1), X.rank(), c.node);
+  const double eps = c.node.attrs.get_float("epsilon", 1e-5f);
+  Shape norm_shape(X.shape().begin() + axis, X.shape().end());
+  const int64_t inner = shape_numel(norm_shape), outer = inner ? X.numel() / inner : 0;
+  std::vector<T> scale = expand_param<T>(c, *in[1], norm_shape, "scale");
+  Tensor Y(DTypeOf<T>::value, X.shape());
+  const T* x = X.data<T>();
+  T* y = Y.data<T>();
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* xr = x + o * inner;
+    double ss = 0;
+    for (int64_t i = 0; i < inner; ++i) ss += double(xr[i]) * double(xr[i]);
+    const double inv = 1.0 / std::sqrt(ss / double(inner) + eps);
+    for (int64_t i = 0; i < inner; ++i) y[o * inner + i] = T(double(xr[i]) * inv * double(scale[size_t(i)]));
+  }
+  return {Y};
+}
+
+// ---------------------------------------------------------------- LpNormalization
+// Y = X / ||X||_p along `axis` (p 1 or 2); a zero vector stays zero (the node tests' reference).
+template <class T>
+std::vector<Tensor> lpnorm_typed(const KernelContext& c, const std::vector<const Tensor*>& in) {
+  const Tensor& X = *in[0];
+  const int64_t axis = normalize_axis(c.node.attrs.get_int("axis", -1), X.rank(), c.node);
+  const int64_t p = c.node.attrs.get_int("p", 2);
+  if (p != 1 && p != 2) c.error("p must be 1 or 2, got " + std::to_string(p));
+  const auto [outer, n, inner] = split_at(X.shape(), axis);
+  Tensor Y(DTypeOf<T>::value, X.shape());
+  const T* x = X.data<T>();
+  T* y = Y.data<T>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      const int64_t base = o * n * inner + j;
+      double norm = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const double v = double(x[base + k * inner]);
+        norm += p == 1 ? std::fabs(v) : v * v;
+      }
+      if (p == 2) norm = std::sqrt(norm);
+      for (int64_t k = 0; k < n; ++k) y[base + k * inner] = norm == 0 ? T(0) : T(double(x[base + k * inner]) / norm);
+    }
+  return {Y};
 }
 
 // ---------------------------------------------------------------- Instance / Group normalization
@@ -366,6 +416,30 @@ void register_nn_norm_ops(OpRegistry& r) {
       });
     };
     s.flops = per_element(8);
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = nn_schema("RMSNormalization", 23, 2, 2, 1, 1);
+    s.infer = [](const InferContext& c) { return infer_one(c.input(0)); };
+    s.kernel = [](const KernelContext& c) {
+      return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
+        using T = decltype(tag);
+        return rmsnorm_typed<T>(c, in);
+      });
+    };
+    s.flops = per_element(4);
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = nn_schema("LpNormalization", 1, 1, 1, 1, 1);
+    s.infer = [](const InferContext& c) { return infer_one(c.input(0)); };
+    s.kernel = [](const KernelContext& c) {
+      return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
+        using T = decltype(tag);
+        return lpnorm_typed<T>(c, in);
+      });
+    };
+    s.flops = per_element(3);
     r.add(std::move(s));
   }
   {

@@ -1,4 +1,4 @@
-// Reductions (ReduceSum ... ReduceSumSquare), ArgMax, ArgMin, CumSum.
+// Reductions (ReduceSum ... ReduceSumSquare), ArgMax, ArgMin, CumSum, CumProd.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -259,15 +259,14 @@ Tensor arg_typed(const KernelContext& c, const Tensor& X, bool is_max) {
   return Y;
 }
 
-// ---------------------------------------------------------------- CumSum
+// ---------------------------------------------------------------- CumSum, CumProd
+// A running sum (CumSum) or product (CumProd, opset 26); exclusive starts from the identity.
 template <class T>
-Tensor cumsum_typed(const KernelContext& c, const Tensor& X, const Tensor& axis_t) {
+Tensor cumulate_typed(const KernelContext& c, const Tensor& X, const Tensor& axis_t, bool product) {
   if (axis_t.numel() != 1) c.error("axis must be a scalar, got shape " + shape_str(axis_t.shape()));
   int64_t axis = normalize_axis(axis_t.as_int(0), X.rank(), c.node);
   bool exclusive = c.node.attrs.get_int("exclusive", 0) != 0, reverse = c.node.attrs.get_int("reverse", 0) != 0;
-  int64_t outer = 1, n = X.dim(axis), inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= X.dim(i);
-  for (int64_t i = axis + 1; i < X.rank(); ++i) inner *= X.dim(i);
+  const auto [outer, n, inner] = split_at(X.shape(), axis);
   Tensor Y(DTypeOf<T>::value, X.shape());
   const T* x = X.data<T>();
   T* y = Y.data<T>();
@@ -275,14 +274,14 @@ Tensor cumsum_typed(const KernelContext& c, const Tensor& X, const Tensor& axis_
     for (int64_t j = 0; j < inner; ++j) {
       const T* xs = x + o * n * inner + j;
       T* ys = y + o * n * inner + j;
-      T acc = T(0);
+      T acc = product ? T(1) : T(0);
       for (int64_t s = 0; s < n; ++s) {
         int64_t i = reverse ? n - 1 - s : s;
         if (exclusive) {
           ys[i * inner] = acc;
-          acc += xs[i * inner];
+          acc = product ? T(acc * xs[i * inner]) : T(acc + xs[i * inner]);
         } else {
-          acc += xs[i * inner];
+          acc = product ? T(acc * xs[i * inner]) : T(acc + xs[i * inner]);
           ys[i * inner] = acc;
         }
       }
@@ -318,13 +317,13 @@ void register_nn_reduce_ops(OpRegistry& r) {
     };
     r.add(std::move(s));
   }
-  {
-    OpSchema s = reduce_schema("CumSum", 11, 2, 2);
+  for (bool product : {false, true}) {
+    OpSchema s = reduce_schema(product ? "CumProd" : "CumSum", product ? 26 : 11, 2, 2);
     s.infer = [](const InferContext& c) { return infer_same_as(c, 0); };
-    s.kernel = [](const KernelContext& c) {
+    s.kernel = [product](const KernelContext& c) {
       return numeric_kernel(c, false, [&](auto tag, const std::vector<const Tensor*>& in) -> std::vector<Tensor> {
         using T = decltype(tag);
-        return {cumsum_typed<T>(c, *in[0], *in[1])};
+        return {cumulate_typed<T>(c, *in[0], *in[1], product)};
       });
     };
     r.add(std::move(s));

@@ -1,5 +1,6 @@
 #include "graph/shape_inference.h"
 
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -49,6 +50,46 @@ TensorType merge(const TensorType& declared, const TensorType& inferred, const N
 
 }  // namespace
 
+// A body input declared without an element type (legal for Loop and Scan bodies: the node's
+// operands give it) takes it from the node before the body is inferred: a Loop's iteration number
+// and condition, its carried values; a Scan's state values and its scan inputs' elements (the scan
+// axis removed). Declared types are kept.
+static void type_open_body_inputs(const Graph& g, const Node& n, int64_t opset, Graph& body) {
+  const auto& ins = body.inputs();
+  auto open = [&](size_t k) { return k < ins.size() && body.type(ins[k]).dtype == DType::Undefined; };
+  auto operand = [&](size_t j) -> std::optional<TensorType> {
+    if (j >= n.inputs.size() || n.inputs[j].empty() || !g.has_value(n.inputs[j])) return std::nullopt;
+    return g.type(n.inputs[j]);
+  };
+  if (n.op_type == "Loop" && n.domain.empty()) {
+    if (open(0)) body.set_type(ins[0], TensorType(DType::Int64, std::vector<Dim>{}));
+    if (open(1)) body.set_type(ins[1], TensorType(DType::Bool, std::vector<Dim>{}));
+    for (size_t k = 2; k < ins.size(); ++k)
+      if (auto t = operand(k); open(k) && t && t->dtype != DType::Undefined) body.set_type(ins[k], *t);
+  } else if (n.op_type == "Scan" && n.domain.empty() && opset >= 9) {
+    const int64_t m = n.attrs.get_int("num_scan_inputs", 0);
+    if (m < 1 || size_t(m) > n.inputs.size() || ins.size() != n.inputs.size()) return;  // the Scan's inference says why
+    const size_t n_state = n.inputs.size() - size_t(m);
+    const std::vector<int64_t> axes = n.attrs.get_ints("scan_input_axes", std::vector<int64_t>(size_t(m), 0));
+    for (size_t k = 0; k < ins.size(); ++k) {
+      auto t = operand(k);
+      if (!open(k) || !t || t->dtype == DType::Undefined) continue;
+      if (k >= n_state) {
+        if (!t->has_shape) {
+          body.set_type(ins[k], TensorType::unknown_shape(t->dtype));
+          continue;
+        }
+        const size_t j = k - n_state;
+        int64_t ax = j < axes.size() ? axes[j] : 0;
+        if (ax < 0) ax += t->rank();
+        if (ax < 0 || ax >= t->rank()) continue;  // the Scan's inference says why
+        t->dims.erase(t->dims.begin() + ax);
+      }
+      body.set_type(ins[k], *t);
+    }
+  }
+}
+
 void infer_shapes(Graph& g, const InferOptions& opt) {
   const OpRegistry& reg = OpRegistry::global();
   std::unordered_map<std::string, Tensor> known;  // values learned by folding
@@ -72,6 +113,7 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
       if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g);
       if (a.kind == Attribute::Kind::Graphs) bodies = a.graphs;
       for (auto& body : bodies) {
+        type_open_body_inputs(g, n, opset, *body);
         for (auto& r : body->outer_references())
           if (g.has_value(r)) body->declare_value(r, g.type(r));
         if (body->opset_imports.empty()) body->opset_imports = g.opset_imports;

@@ -424,6 +424,17 @@ struct Lowerer {
       for (size_t i = 1; i < n.outputs.size(); ++i)
         if (!n.outputs[i].empty() && op != "Dropout" && op != "Split") no_lowering(n, "has several outputs");
     }
+    if (op == "Dropout") {
+      // Inference Dropout is Identity. Training mode draws a random mask, and the mask output is
+      // a second value this expression cannot give: both stay with the reference kernel (which
+      // refuses training mode by name). The rewriter removes the plain form before this.
+      if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+        const Tensor* mode = g.constant_value(n.inputs[2]);
+        if (!mode || mode->numel() != 1 || mode->as_double(0) != 0) no_lowering(n, "training_mode is not a constant false");
+      }
+      if (n.outputs.size() > 1 && !n.outputs[1].empty() && (!g.consumers(n.outputs[1]).empty() || g.is_output(n.outputs[1])))
+        no_lowering(n, "its mask output is used");
+    }
     if (kUnary.count(op)) {
       int a = in_expr(0);
       if (op == "Identity" || op == "Dropout") return a;

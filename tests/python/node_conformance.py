@@ -11,7 +11,7 @@ and its outputs compared with the expected ones. Each test ends in one of three 
                nnfuse's scope and is not run at all: sequence/optional/map/string types,
                training ops (ai.onnx.preview.training), preview domains, dtypes nnfuse has no
                element type for (float8, int4, complex, ...) and default-domain opsets outside
-               7..21.
+               7..28.
 
 The onnx wheel used to ship the test data under onnx/backend/test/data/node/; onnx 1.23 ships
 only the generators (onnx.backend.test.case.node), so when the data directory is absent it is
@@ -49,7 +49,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CLI = REPO_ROOT / "build" / "bindings" / "nnfuse"
 
 # Default-domain opsets nnfuse claims to cover.
-MIN_OPSET, MAX_OPSET = 7, 21
+MIN_OPSET, MAX_OPSET = 7, 28
 
 # Default comparison bounds for floating outputs (|got - want| <= atol + rtol * |want|).
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-5
@@ -62,6 +62,14 @@ OP_TOLERANCES: dict[str, tuple[float, float, str]] = {
     # (about N * eps * max|x|), far above 1e-5 absolute; ONNX Runtime misses by 2.4e-4 too.
     "DFT": (1e-4, 5e-4, "outputs that cancel to 0 keep float32 rounding of an N-term sum"),
     "STFT": (1e-4, 5e-4, "outputs that cancel to 0 keep float32 rounding of an N-term sum"),
+}
+
+# Looser bounds for single tests whose expected outputs were written by hand with fewer digits
+# than float32 gives. Keyed by test name; every entry needs a reason.
+TEST_TOLERANCES: dict[str, tuple[float, float, str]] = {
+    # Inputs and output are written to 4 decimals: (0.858 + 0.0786 + 0.2692 + 0.1537) / 9 is
+    # 0.151056, the file says 0.1511 (ONNX Runtime gives 0.151056 too).
+    "test_averagepool_2d_ceil_last_window_starts_on_pad": (1e-3, 1e-5, "expected output rounded to 4 decimals"),
 }
 
 # Bounds by output element type for low-precision floats: half has 11 significant bits
@@ -290,8 +298,11 @@ def screen(model) -> str | None:
 # Running one test
 
 
-def _tolerance(ops: list[str], dtype: str) -> tuple[float, float]:
+def _tolerance(ops: list[str], dtype: str, test: str = "") -> tuple[float, float]:
     rtol, atol = DEFAULT_RTOL, DEFAULT_ATOL
+    if test in TEST_TOLERANCES:
+        r, a, _ = TEST_TOLERANCES[test]
+        rtol, atol = max(rtol, r), max(atol, a)
     for op in ops:
         if op in OP_TOLERANCES:
             r, a, _ = OP_TOLERANCES[op]
@@ -313,7 +324,7 @@ def _as_comparable(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def compare(name: str, got: np.ndarray, want: np.ndarray, ops: list[str]) -> str | None:
+def compare(name: str, got: np.ndarray, want: np.ndarray, ops: list[str], test: str = "") -> str | None:
     """First mismatch as text, or None when equal within bounds."""
     wdt = _dtype_name(want)
     gdt = _dtype_name(got)
@@ -329,7 +340,7 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, ops: list[str]) -> str
     if got.size == 0:
         return None
     if want.dtype.kind in "fc":
-        rtol, atol = _tolerance(ops, wdt)
+        rtol, atol = _tolerance(ops, wdt, test)
         g = got.astype(np.float64)
         w = want.astype(np.float64)
         gn, wn = np.isnan(g), np.isnan(w)
@@ -391,7 +402,7 @@ def _restamped(model, test_path: str, tmpd: Path) -> tuple[str | None, str]:
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    m.ir_version = min(m.ir_version, 10)  # IR 10 is the one released with opset 21
+    m.ir_version = min(m.ir_version, 11)  # IR 11 is the one released with opset 23
     for imp in m.opset_import:
         if imp.domain in ("", "ai.onnx"):
             old = imp.version
@@ -549,7 +560,7 @@ def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = F
                 except Exception as e:
                     res.reason = f"output '{name}': cannot read {outs[name].get('file')}: {e}"
                     return res
-                mismatch = compare(name, got, want, ops)
+                mismatch = compare(name, got, want, ops, test.name)
                 if mismatch:
                     res.reason = (f"data set {ds_i}: " if len(test.data_sets) > 1 else "") + mismatch
                     res.seconds = time.monotonic() - start

@@ -437,6 +437,20 @@ TEST_CASE("onnx: IR versions 11-14 import (onnx 1.23's make_model writes 14)", "
   }
 }
 
+TEST_CASE("onnx: opsets 22-28 import; an op newer than the model's opset is refused by name", "[onnx]") {
+  for (int64_t opset : {22, 25, 28}) {
+    Model m = load_model_bytes(model_bytes(relu_graph(), opset, 14), {}, "", "new.onnx");
+    CHECK(m.graph.opset("") == opset);
+    CHECK(m.graph.num_nodes() == 1);
+  }
+  GraphMsg g = relu_graph();
+  g.nodes[0] = node("Swish", {"x"}, {"y"}, "swish_node");  // opset 24
+  auto msg = error_of([&] { load_model_bytes(model_bytes(g, 21, 10), {}, "", "swish.onnx"); }, ErrorKind::Unsupported);
+  CHECK_THAT(msg, Catch::Contains("swish.onnx") && Catch::Contains("swish_node") &&
+                      Catch::Contains("Swish is supported for opsets 24 to 28, not opset 21"));
+  CHECK_NOTHROW(load_model_bytes(model_bytes(g, 24, 14), {}, "", "swish.onnx"));
+}
+
 TEST_CASE("onnx: Constant value_* forms become a value tensor", "[onnx]") {
   GraphMsg g;
   Msg a;  // AttributeProto{1 name, 8 ints, 20 type=INTS(7)}
@@ -514,7 +528,11 @@ TEST_CASE("onnx: malformed models give errors naming what is at fault", "[onnx]"
   SECTION("opset 6") {
     auto msg = error_of([&] { load_model_bytes(model_bytes(relu_graph(), 6), {}, "", "old.onnx"); }, ErrorKind::Unsupported);
     CHECK_THAT(msg, Catch::Contains("old.onnx") &&
-                        Catch::Contains("model uses opset 6 of ai.onnx; nnfuse supports 7 to 21"));
+                        Catch::Contains("model uses opset 6 of ai.onnx; nnfuse supports 7 to 28"));
+  }
+  SECTION("opset 29 (newer than any onnx release we know)") {
+    auto msg = error_of([&] { load_model_bytes(model_bytes(relu_graph(), 29, 14), {}, "", "new.onnx"); }, ErrorKind::Unsupported);
+    CHECK_THAT(msg, Catch::Contains("new.onnx") && Catch::Contains("model uses opset 29 of ai.onnx; nnfuse supports 7 to 28"));
   }
   SECTION("IR version 2") {
     auto msg = error_of([&] { load_model_bytes(model_bytes(relu_graph(), 17, 2), {}, "", "ir2.onnx"); }, ErrorKind::Unsupported);
