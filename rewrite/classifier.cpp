@@ -169,8 +169,12 @@ GraphFeatures extract_features(const Graph& g) {
       ++f.nms;
     } else if (op == "BatchNormalization") {
       ++f.batch_norms;
-    } else if (op == "LayerNormalization") {
+    } else if (op == "LayerNormalization" || op == "RMSNormalization") {
       ++f.layer_norms;
+    } else if (op == "Attention") {  // opset 23: a whole attention block as one op
+      ++f.attention_blocks;
+      mm_flops += fl;
+      if (n.attrs.get_int("is_causal", 0) != 0) ++f.causal_masks;
     } else if (op == "InstanceNormalization") {
       ++f.instance_norms;
     } else if (op == "GroupNormalization") {

@@ -10,6 +10,7 @@
 //   combine-parallel-matmul             MatMuls/Gemms sharing an activation -> one MatMul + Split
 //   combine-parallel-conv               Convs sharing an input with equal geometry -> one Conv + Split
 //   fold-transpose-into-gemm            Transpose on a Gemm operand -> transA/transB
+//   decompose-attention                 Attention (opset 23) -> MatMul/Softmax/MatMul for fused attention
 // Every pass counts what it did in PassContext::rules_fired under its own name.
 
 namespace nnfuse {

@@ -17,6 +17,7 @@ void register_structural_passes() {
   passes::register_fold_batchnorm_pass();
   passes::register_combine_parallel_passes();
   passes::register_fold_transpose_into_gemm_pass();
+  passes::register_decompose_attention_pass();
 }
 
 namespace passes {

@@ -18,6 +18,7 @@ void register_shape_simplification_pass();
 void register_fold_batchnorm_pass();
 void register_combine_parallel_passes();
 void register_fold_transpose_into_gemm_pass();
+void register_decompose_attention_pass();
 
 // The value has exactly one consumer and is not a graph output.
 bool single_use(const Graph& g, const std::string& v);
