@@ -1,5 +1,5 @@
 #pragma once
-// ONNX import and export (protobuf). Import accepts IR versions 3-14 and opsets 7-21: initializers
+// ONNX import and export (protobuf). Import accepts IR versions 3-14 and opsets 7-28: initializers
 // also listed as inputs, Constant nodes, symbolic dims, external-data weights, If/Loop/Scan
 // bodies; model-local functions are inlined. Export writes a model that passes onnx.checker
 // (full_check) and that ONNX Runtime can run.

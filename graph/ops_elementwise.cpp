@@ -171,6 +171,22 @@ static DType cast_target(const Node& n, int64_t opset) {
   return t;
 }
 
+// BitCast (opset 26): the same bytes read as dtype `to`, which must have the input's width (bool
+// has a byte, as in ONNX's storage).
+static DType bitcast_target(const Node& n, int64_t opset, DType from) {
+  auto to = n.attrs.opt_int("to");
+  if (!to) fail(ErrorKind::Model, "BitCast needs the attribute 'to'", node_ctx(n, opset));
+  const DType t = DType(int32_t(*to));
+  if (!castable(t))
+    fail(ErrorKind::Unsupported, "BitCast to ONNX dtype " + std::to_string(*to) + " (" + dtype_name(t) + ") is not supported", node_ctx(n, opset));
+  if (from != DType::Undefined && dtype_size(from) != dtype_size(t))
+    fail(ErrorKind::Model,
+         std::string("BitCast from ") + dtype_name(from) + " to " + dtype_name(t) + ": the widths differ (" + std::to_string(8 * dtype_size(from)) +
+             " and " + std::to_string(8 * dtype_size(t)) + " bits)",
+         node_ctx(n, opset));
+  return t;
+}
+
 static std::optional<std::vector<Dim>> passthrough_dims(const InferContext& c, DType out) {
   if (!dtype_is_integer(out)) return std::nullopt;
   if (!c.dims_of_value(0)) return std::nullopt;
@@ -288,6 +304,27 @@ void register_misc_ops(OpRegistry& r) {
     s.since = 7;
     s.infer = infer_cast;
     s.kernel = [](const KernelContext& c) { return cast_kernel(c, cast_target(c.node, c.opset)); };
+    s.family = "elementwise";
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s;
+    s.name = "BitCast";
+    s.since = 26;
+    s.infer = [](const InferContext& c) {
+      TensorType t = c.input(0);
+      t.dtype = bitcast_target(c.node, c.opset, t.dtype);
+      return infer_one(t);
+    };
+    s.kernel = [](const KernelContext& c) {
+      const Tensor& x = c.input(0);
+      Tensor y = Tensor::uninitialized(bitcast_target(c.node, c.opset, x.dtype()), x.shape());
+      if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+      if (y.dtype() == DType::Bool)  // a bool holds 0 or 1: any other byte is not a bool value
+        for (int64_t i = 0; i < y.numel(); ++i) y.data<bool>()[i] = static_cast<const uint8_t*>(x.raw())[i] != 0;
+      return std::vector<Tensor>{y};
+    };
+    s.flops = no_flops;
     s.family = "elementwise";
     r.add(std::move(s));
   }

@@ -1,4 +1,4 @@
-// MatMul, Gemm, MatMulInteger, QuantizeLinear, DequantizeLinear, Einsum.
+// MatMul, Gemm, MatMulInteger, QuantizeLinear, DequantizeLinear, Det, Einsum.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -377,6 +377,42 @@ std::vector<Tensor> dequantize_kernel(const KernelContext& c) {
   const DType od = dequantize_out_dtype(c.node, c.opset, s.dtype());
   if (od != DType::Float32) return {out.cast(od)};
   return {out};
+}
+
+// ---------------------------------------------------------------- Det
+// Determinants of [*, M, M] by LU decomposition with partial pivoting, in double.
+template <class T>
+std::vector<Tensor> det_typed(const KernelContext& c, const std::vector<const Tensor*>& in) {
+  const Tensor& X = *in[0];
+  if (X.rank() < 2 || X.dim(X.rank() - 1) != X.dim(X.rank() - 2)) c.error("input must be [*, M, M], got " + shape_str(X.shape()));
+  const int64_t M = X.dim(X.rank() - 1), batch = M ? X.numel() / (M * M) : 0;
+  Shape os(X.shape().begin(), X.shape().end() - 2);
+  Tensor Y(DTypeOf<T>::value, os);
+  std::vector<double> a(size_t(M * M));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < M * M; ++i) a[size_t(i)] = double(X.data<T>()[b * M * M + i]);
+    double det = 1;
+    for (int64_t k = 0; k < M && det != 0; ++k) {
+      int64_t p = k;
+      for (int64_t i = k + 1; i < M; ++i)
+        if (std::fabs(a[size_t(i * M + k)]) > std::fabs(a[size_t(p * M + k)])) p = i;
+      if (a[size_t(p * M + k)] == 0) {
+        det = 0;
+        break;
+      }
+      if (p != k) {
+        for (int64_t j = 0; j < M; ++j) std::swap(a[size_t(k * M + j)], a[size_t(p * M + j)]);
+        det = -det;
+      }
+      det *= a[size_t(k * M + k)];
+      for (int64_t i = k + 1; i < M; ++i) {
+        const double f = a[size_t(i * M + k)] / a[size_t(k * M + k)];
+        for (int64_t j = k; j < M; ++j) a[size_t(i * M + j)] -= f * a[size_t(k * M + j)];
+      }
+    }
+    Y.data<T>()[b] = T(det);
+  }
+  return {Y};
 }
 
 // ---------------------------------------------------------------- Einsum
@@ -760,6 +796,27 @@ void register_nn_matmul_ops(OpRegistry& r) {
     };
     s.kernel = dequantize_kernel;
     s.flops = [](const Node&, const std::vector<TensorType>& ins, const std::vector<TensorType>&) { return 2 * numel_or0(ins[0]); };
+    r.add(std::move(s));
+  }
+  {
+    OpSchema s = nn_schema("Det", 11, 1, 1);
+    s.infer = [](const InferContext& c) {
+      const TensorType& x = c.input(0);
+      if (!x.has_shape) return infer_one(TensorType::unknown_shape(x.dtype));
+      if (x.rank() < 2) c.error("input must be [*, M, M], got " + x.str());
+      return infer_one(TensorType(x.dtype, std::vector<Dim>(x.dims.begin(), x.dims.end() - 2)));
+    };
+    s.kernel = [](const KernelContext& c) {
+      return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
+        using T = decltype(tag);
+        return det_typed<T>(c, in);
+      });
+    };
+    s.flops = [](const Node&, const std::vector<TensorType>& ins, const std::vector<TensorType>&) {
+      const TensorType& x = ins[0];
+      if (!x.has_shape || x.rank() < 2 || !x.dims.back().known()) return 0.0;
+      return numel_or0(x) * double(x.dims.back().value) * 2.0 / 3.0;  // LU: 2/3 M^3 per matrix
+    };
     r.add(std::move(s));
   }
   {

@@ -276,6 +276,8 @@ void register_tensor_ops(OpRegistry& r) {
   tensor_ops::register_tensor_move_ops(r);
   tensor_ops::register_tensor_index_ops(r);
   tensor_ops::register_tensor_resize_ops(r);
+  tensor_ops::register_tensor_grid_sample_ops(r);
+  tensor_ops::register_tensor_signal_ops(r);
 }
 
 }  // namespace nnfuse

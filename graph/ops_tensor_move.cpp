@@ -1,5 +1,5 @@
 // Data-movement ops: Transpose, Concat, Split, Slice, Expand, Tile, Pad, DepthToSpace,
-// SpaceToDepth, Compress, ReverseSequence. Kernels move bytes by element size (every dtype) with
+// SpaceToDepth, Compress, CenterCropPad, ReverseSequence. Kernels move bytes by element size (every dtype) with
 // strided copies whose contiguous runs are single memcpy calls.
 #include <algorithm>
 #include <climits>
@@ -689,6 +689,70 @@ std::vector<Tensor> kernel_s2d(const KernelContext& c) {
   return {y};
 }
 
+// ---------------------------------------------------------------- CenterCropPad
+// Each axis of `axes` (all without it) to the size in `shape`: a larger input is cropped around
+// its centre (the window starts at floor((in - out) / 2)), a smaller one padded with zeros
+// (floor((out - in) / 2) before, the rest after).
+std::vector<int64_t> ccp_axes(const Node& n, int64_t rank, size_t count) {
+  std::vector<int64_t> axes = n.attrs.get_ints("axes");
+  if (axes.empty())
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  if (axes.size() != count)
+    fail(ErrorKind::Model, "CenterCropPad: shape has " + std::to_string(count) + " values for " + std::to_string(axes.size()) + " axes",
+         {"", 0, 0, n.label(), n.op_type});
+  for (auto& a : axes) a = normalize_axis(a, rank, n);
+  return axes;
+}
+
+InferResult infer_ccp(const InferContext& c) {
+  const TensorType& in = c.input(0);
+  const Tensor* sh = c.value(1);
+  if (!in.has_shape) return infer_one(TensorType::unknown_shape(in.dtype));
+  std::vector<Dim> d = in.dims;
+  if (!sh) {
+    for (int64_t a : c.node.attrs.get_ints("axes")) d[size_t(normalize_axis(a, in.rank(), c.node))] = Dim{};
+    if (c.node.attrs.get_ints("axes").empty()) d.assign(d.size(), Dim{});
+    return infer_one(TensorType(in.dtype, d));
+  }
+  const std::vector<int64_t> axes = ccp_axes(c.node, in.rank(), size_t(sh->numel()));
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (sh->as_int(int64_t(i)) < 0) c.error("shape values must be non-negative");
+    d[size_t(axes[i])] = Dim(sh->as_int(int64_t(i)));
+  }
+  return infer_one(TensorType(in.dtype, d));
+}
+
+std::vector<Tensor> kernel_ccp(const KernelContext& c) {
+  const Tensor& x = c.input(0);
+  const Tensor& sh = c.input(1);
+  const std::vector<int64_t> axes = ccp_axes(c.node, x.rank(), size_t(sh.numel()));
+  Shape out = x.shape();
+  std::vector<int64_t> shift(size_t(x.rank()), 0);  // input index = output index + shift
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t want = sh.as_int(int64_t(i)), have = x.dim(axes[i]);
+    if (want < 0) c.error("shape values must be non-negative");
+    out[size_t(axes[i])] = want;
+    shift[size_t(axes[i])] = have >= want ? (have - want) / 2 : -((want - have) / 2);
+  }
+  Tensor y(x.dtype(), out);  // zero-filled: the padding
+  const size_t es = elem_size(c, x);
+  const auto xs = contiguous_strides(x.shape()), ys = contiguous_strides(out);
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(y.raw());
+  for (int64_t i = 0, n = y.numel(); i < n; ++i) {
+    int64_t off = 0, rest = i;
+    bool inside = true;
+    for (int64_t k = 0; k < x.rank(); ++k) {
+      const int64_t at = rest / ys[size_t(k)] + shift[size_t(k)];
+      rest %= ys[size_t(k)];
+      if (at < 0 || at >= x.dim(k)) inside = false;
+      off += at * xs[size_t(k)];
+    }
+    if (inside) std::memcpy(dst + size_t(i) * es, src + size_t(off) * es, es);
+  }
+  return {y};
+}
+
 // ---------------------------------------------------------------- Compress
 InferResult infer_compress(const InferContext& c) {
   const TensorType& in = c.input(0);
@@ -780,6 +844,7 @@ void register_tensor_move_ops(OpRegistry& r) {
   add("DepthToSpace", 1, MappingType::Shuffle, 1, 1, infer_d2s, kernel_d2s);
   add("SpaceToDepth", 1, MappingType::Shuffle, 1, 1, infer_s2d, kernel_s2d);
   add("Compress", 9, MappingType::ManyToMany, 2, 2, infer_compress, kernel_compress);
+  add("CenterCropPad", 18, MappingType::Reorganize, 2, 2, infer_ccp, kernel_ccp);
   add("ReverseSequence", 10, MappingType::ManyToMany, 2, 2, [](const InferContext& c) { return infer_same_as(c); }, kernel_revseq);
 }
 

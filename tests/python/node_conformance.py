@@ -70,6 +70,8 @@ TEST_TOLERANCES: dict[str, tuple[float, float, str]] = {
     # Inputs and output are written to 4 decimals: (0.858 + 0.0786 + 0.2692 + 0.1537) / 9 is
     # 0.151056, the file says 0.1511 (ONNX Runtime gives 0.151056 too).
     "test_averagepool_2d_ceil_last_window_starts_on_pad": (1e-3, 1e-5, "expected output rounded to 4 decimals"),
+    # The spec's example output, written to 4 decimals: -0.140625 is stored as -0.1406.
+    "test_gridsample_bicubic": (1e-3, 1e-5, "expected output rounded to 4 decimals"),
 }
 
 # Bounds by output element type for low-precision floats: half has 11 significant bits
