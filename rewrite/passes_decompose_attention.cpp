@@ -4,8 +4,11 @@
 // as fused attention. Without it the op runs on its reference kernel.
 // Condition: only output Y is used; no past_key/past_value or nonpad_kv_seqlen; no softcap and no
 // sliding window; Q/K/V 3-D with static hidden sizes or 4-D with static head sizes; a mask, if
-// any, is a constant that leaves every query row at least one key (a row with every key masked
-// gives zeros in the op, NaN through a Softmax), and is_causal with it or alone. Grouped-query
+// any, covers every key (its last dim is the key count: the op pads a shorter one). A row with
+// every key masked gives zeros from the op and NaN through a Softmax: a constant mask is checked
+// to leave every row a key (and then needs nothing more); a mask computed at run time gets the
+// guard Where(IsNaN(p), 0, p) after the Softmax, the form the dynamo exporter writes, which the
+// fused kernel takes too. A boolean run-time mask becomes Where(mask, 0, -inf). Grouped-query
 // heads repeat K and V (Reshape, Expand, Reshape).
 // Apply: 3-D inputs are reshaped to [B, S, H, D] and transposed to [B, H, S, D]; the output goes
 // back the same way. The scale is one Mul after the scores (the op scales Q and K by its square
@@ -86,8 +89,21 @@ bool apply(Graph& g, NodeId id) {
   if (Hq % Hkv) return false;
   const bool causal = n.attrs.get_int("is_causal", 0) != 0;
   const bool has_mask = n.inputs.size() > 3 && !n.inputs[3].empty();
-  std::optional<Tensor> bias;
-  if (has_mask || causal) {
+  std::optional<Tensor> bias;  // constant mask and causal bias
+  std::string runtime_mask;    // a mask computed at run time
+  if (has_mask && !g.constant_value(n.inputs[3])) {
+    const TensorType& m = g.type(n.inputs[3]);
+    if (!m.has_shape || m.rank() < 1 || m.rank() > 4 || L <= 0 || !m.dims.back().known() || m.dims.back().value != L) return false;
+    if (m.dtype != DType::Bool && m.dtype != DType::Float32) return false;
+    runtime_mask = n.inputs[3];
+    if (causal) {
+      if (Sq <= 0) return false;
+      Tensor tri(DType::Float32, {Sq, L});
+      for (int64_t i = 0; i < Sq; ++i)
+        for (int64_t j = 0; j < L; ++j) tri.data<float>()[i * L + j] = j > i ? -std::numeric_limits<float>::infinity() : 0.f;
+      bias = tri;
+    }
+  } else if (has_mask || causal) {
     if (Sq <= 0 || L <= 0) return false;
     bias = constant_bias(g, n, Sq, L, causal);
     if (!bias) return false;
@@ -123,10 +139,22 @@ bool apply(Graph& g, NodeId id) {
   Tensor s(DType::Float32, Shape{});
   s.data<float>()[0] = float(scale);
   std::string scores = op("Mul", {op("MatMul", {Q, kt}), add_initializer(g, base + "/scale", s)});
+  auto scalar = [&](const std::string& hint, float v) {
+    Tensor t(DType::Float32, Shape{});
+    t.data<float>()[0] = v;
+    return add_initializer(g, base + "/" + hint, t);
+  };
+  if (!runtime_mask.empty()) {
+    std::string m = runtime_mask;
+    if (g.type(m).dtype == DType::Bool) m = op("Where", {m, scalar("zero", 0.f), scalar("neg_inf", -std::numeric_limits<float>::infinity())});
+    scores = op("Add", {scores, m});
+  }
   if (bias) scores = op("Add", {scores, add_initializer(g, base + "/bias", *bias)});
   Attributes sm;
   sm.set("axis", Attribute::make_int(-1));
-  std::string y = op("MatMul", {op("Softmax", {scores}, sm), V});
+  std::string p = op("Softmax", {scores}, sm);
+  if (!runtime_mask.empty()) p = op("Where", {op("IsNaN", {p}), scalar("zero", 0.f), p});  // fully masked rows: 0
+  std::string y = op("MatMul", {p, V});
   if (three_d) y = op("Reshape", {op("Transpose", {y}, perm({0, 2, 1, 3})), add_ints(g, base + "/out_shape", {0, 0, Hq * Dv})});
   const std::string out = n.outputs[0];
   g.remove_node(id, /*drop_outputs=*/false);

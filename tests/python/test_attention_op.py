@@ -71,6 +71,21 @@ def test_attention_fully_masked_row_keeps_the_op(cli, tmp_path):
     _check(cli, tmp_path, m, feeds, decomposed=False)
 
 
+@pytest.mark.parametrize("mask_type", ["bool", "float"])
+def test_attention_runtime_mask_is_decomposed_with_a_nan_guard(cli, tmp_path, mask_type):
+    # A padding mask fed at run time, one query row fully masked: the op gives zeros there, and so
+    # must the decomposed form (Where(IsNaN(p), 0, p) after the Softmax).
+    rng = np.random.default_rng(4)
+    feeds = {"q": _rand(rng, 1, 2, 5, 8), "k": _rand(rng, 1, 2, 6, 8), "v": _rand(rng, 1, 2, 6, 8)}
+    keep = rng.random((1, 1, 5, 6)) > 0.3
+    keep[0, 0, 3, :] = False
+    feeds["mask_in"] = keep if mask_type == "bool" else np.where(keep, 0.0, -np.inf).astype(np.float32)
+    m = _model([(n, list(a.shape)) for n, a in feeds.items()], ["y"], {"is_causal": 0})
+    if mask_type == "float":
+        m.graph.input[3].type.tensor_type.elem_type = TP.FLOAT
+    _check(cli, tmp_path, m, feeds, decomposed=True)
+
+
 def test_attention_runtime_mask_and_cache_keep_the_op(cli, tmp_path):
     rng = np.random.default_rng(3)
     feeds = {"q": _rand(rng, 1, 2, 3, 8), "k": _rand(rng, 1, 2, 3, 8), "v": _rand(rng, 1, 2, 3, 8),
