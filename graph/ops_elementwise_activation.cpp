@@ -149,6 +149,47 @@ void register_activation_ops(OpRegistry& r) {
   r.add(unary_schema<kFloat>(
       "Swish", 24, [](auto v, const Params& p) { return v * sigmoid(decltype(v)(p.a) * v); },
       [](const Node& n, int64_t) { return alpha_param(n, 1.0f); }));
+  {
+    // SwiGLU (opset 28): Swish_alpha(A) * B over two inputs of one shape (no broadcasting).
+    OpSchema s;
+    s.name = "SwiGLU";
+    s.since = 28;
+    s.min_inputs = s.max_inputs = 2;
+    s.family = "elementwise";
+    s.infer = [](const InferContext& c) {
+      const TensorType &a = c.input(0), &b = c.input(1);
+      check_dtype(c, a.dtype, kFloat);
+      if (a.dtype != b.dtype) c.error(std::string("A and B differ in dtype: ") + dtype_name(a.dtype) + " and " + dtype_name(b.dtype));
+      if (a.has_shape && b.has_shape && a.rank() != b.rank()) c.error("A " + a.str() + " and B " + b.str() + " must have one shape");
+      return infer_one(a);
+    };
+    s.kernel = [](const KernelContext& c) {
+      const Tensor &a = c.input(0), &b = c.input(1);
+      if (a.shape() != b.shape() || a.dtype() != b.dtype())
+        c.error("A " + shape_str(a.shape()) + " and B " + shape_str(b.shape()) + " must have one shape and dtype (SwiGLU does not broadcast)");
+      const double alpha = c.node.attrs.get_float("alpha", 1.0f);
+      Tensor y = Tensor::uninitialized(a.dtype(), a.shape());
+      dispatch_dtype(a.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        if constexpr (accepts<kFloat, T>()) {
+          using C = compute_t<T>;
+          const T *pa = a.data<T>(), *pb = b.data<T>();
+          T* py = y.data<T>();
+          for (int64_t i = 0; i < a.numel(); ++i) {
+            const C va = load(pa[i]);
+            py[i] = store<T>(C(va * sigmoid(C(alpha) * va) * load(pb[i])));
+          }
+        } else {
+          unsupported_dtype(c.node, c.opset, a.dtype(), "inputs", kFloat);
+        }
+      });
+      return std::vector<Tensor>{y};
+    };
+    s.flops = [](const Node&, const std::vector<TensorType>& ins, const std::vector<TensorType>&) {
+      return ins[0].numel() ? 6.0 * double(*ins[0].numel()) : 0.0;
+    };
+    r.add(std::move(s));
+  }
   r.add(unary_schema<kFloat>("Tanh", 7, [](auto v, const Params&) { return std::tanh(v); }));
   r.add(unary_schema<kFloat>("Softplus", 7, [](auto v, const Params&) { return softplus(v); }));
   r.add(unary_schema<kFloat>("Softsign", 7, [](auto v, const Params&) { return v / (decltype(v)(1) + std::fabs(v)); }));

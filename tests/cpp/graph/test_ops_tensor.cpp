@@ -598,3 +598,34 @@ TEST_CASE("Mapping types of tensor ops", "[ops][tensor]") {
   CHECK(mt(tr) == MappingType::Shuffle);
   CHECK(node_flops(g, *g.producer(tr)) == 0);
 }
+
+TEST_CASE("Unique keeps int64 values past 2^53 apart and counts them", "[ops][tensor]") {
+  const int64_t big = int64_t(1) << 60;
+  auto r = run("Unique", {I64({4}, {big + 1, big, big + 1, -5})}, {}, 11, 4);
+  REQUIRE(r.size() == 4);
+  auto vals = [](const Tensor& t) { return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel()); };
+  CHECK(vals(r[0]) == std::vector<int64_t>{-5, big, big + 1});
+  CHECK(vals(r[1]) == std::vector<int64_t>{3, 1, 0});     // first occurrences
+  CHECK(vals(r[2]) == std::vector<int64_t>{2, 1, 2, 0});  // inverse indices
+  CHECK(vals(r[3]) == std::vector<int64_t>{1, 1, 2});     // counts
+  Attributes unsorted;
+  unsorted.set("sorted", Attribute::make_int(0));
+  auto u = run("Unique", {I64({4}, {big + 1, big, big + 1, -5})}, unsorted, 11, 4);
+  CHECK(vals(u[0]) == std::vector<int64_t>{big + 1, big, -5});  // in order of first occurrence
+}
+
+TEST_CASE("BitCast keeps the bits; CenterCropPad crops and pads around the centre", "[ops][tensor]") {
+  Attributes to;
+  to.set("to", Attribute::make_int(int64_t(DType::Int32)));
+  Tensor b = run1("BitCast", {F({2}, {1.0f, -2.0f})}, to, 26);
+  CHECK(b.dtype() == DType::Int32);
+  CHECK(b.data<int32_t>()[0] == 0x3f800000);
+  CHECK(uint32_t(b.data<int32_t>()[1]) == 0xc0000000u);
+  to.set("to", Attribute::make_int(int64_t(DType::Int64)));
+  CHECK_THROWS_WITH(run1("BitCast", {F({2}, {1.0f, -2.0f})}, to, 26), Catch::Contains("widths differ"));
+  // 1x5 -> 1x2 (crop from floor(3/2) = 1) along axis 1; 1x5 -> 1x8 pads 1 before, 2 after.
+  Attributes ax;
+  ax.set("axes", Attribute::make_ints({1}));
+  check_f(run1("CenterCropPad", {F({1, 5}, {0, 1, 2, 3, 4}), I64({1}, {2})}, ax, 18), {1, 2}, {1, 2});
+  check_f(run1("CenterCropPad", {F({1, 5}, {0, 1, 2, 3, 4}), I64({1}, {8})}, ax, 18), {1, 8}, {0, 0, 1, 2, 3, 4, 0, 0});
+}
