@@ -35,8 +35,11 @@ ALWAYS_RUN = ("test_affine_grid_2d_expanded", "test_affine_grid_2d_align_corners
 
 # Tests whose op has a lowering: they must run generated kernels (not fall back), so a lowering
 # that silently stops applying is caught. Always part of the sweep, also in the cheap default run.
+# (Conv and pooling node tests are opset 22; the Attention op reaches fused attention through the
+# decompose-attention pass.)
 MUST_GENERATE = ("test_relu", "test_add_bcast", "test_gemm_all_attributes", "test_matmul_4d",
-                 "test_softmax_example", "test_reduce_max_default_axes_keepdims_random", "test_xor_bcast4v3d")
+                 "test_softmax_example", "test_reduce_max_default_axes_keepdims_random", "test_xor_bcast4v3d",
+                 "test_conv_with_strides_padding", "test_maxpool_2d_default", "test_attention_4d_causal")
 
 
 @pytest.fixture(scope="module")

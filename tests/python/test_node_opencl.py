@@ -19,12 +19,12 @@ import node_conformance as nc
 # Known failures on mali-opencl, each with the reason; a listed test that passes fails the suite.
 OPENCL_EXPECTED_FAILURES: dict[str, str] = {}
 
-# Tests whose op has a device form: they must run device kernels, not only host stages. (The
-# node tests of Conv and pooling are opset 22 in this onnx release, past the importer's 21: the
-# zoo tests cover those forms.)
+# Tests whose op has a device form: they must run device kernels, not only host stages.
 MUST_GENERATE = ("test_relu", "test_add_bcast", "test_gemm_all_attributes", "test_matmul_4d", "test_softmax_example",
                  "test_softmax_axis_0", "test_reduce_max_default_axes_keepdims_random", "test_xor_bcast4v3d",
-                 "test_layer_normalization_2d_axis1_expanded", "test_logsoftmax_axis_0_expanded", "test_gather_0")
+                 "test_layer_normalization_2d_axis1_expanded", "test_logsoftmax_axis_0_expanded", "test_gather_0",
+                 "test_conv_with_strides_padding", "test_maxpool_2d_default", "test_averagepool_2d_default",
+                 "test_globalaveragepool")
 
 
 def _opencl_available() -> bool:
