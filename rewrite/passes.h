@@ -11,6 +11,8 @@
 //   combine-parallel-conv               Convs sharing an input with equal geometry -> one Conv + Split
 //   fold-transpose-into-gemm            Transpose on a Gemm operand -> transA/transB
 //   decompose-attention                 Attention (opset 23) -> MatMul/Softmax/MatMul for fused attention
+//   decompose-rms-norm                  RMSNormalization (opset 23) -> ReduceMean chain the generator lowers
+//   decompose-rotary-embedding          RotaryEmbedding (opset 23) -> Slice/Mul/Concat the generator lowers
 // Every pass counts what it did in PassContext::rules_fired under its own name.
 
 namespace nnfuse {

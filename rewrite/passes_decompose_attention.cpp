@@ -56,12 +56,6 @@ std::optional<Tensor> constant_bias(const Graph& g, const Node& n, int64_t Sq, i
   return bias;
 }
 
-std::string add_ints(Graph& g, const std::string& hint, std::vector<int64_t> v) {
-  Tensor t(DType::Int64, {int64_t(v.size())});
-  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
-  return add_initializer(g, hint, t);
-}
-
 bool apply(Graph& g, NodeId id) {
   const Node n = g.node(id);
   if (n.inputs.size() < 3 || !used(g, n, 0) || used(g, n, 1) || used(g, n, 2) || used(g, n, 3)) return false;
@@ -109,13 +103,7 @@ bool apply(Graph& g, NodeId id) {
     if (!bias) return false;
   }
   const double scale = n.attrs.has("scale") ? double(n.attrs.get_float("scale", 1.f)) : 1.0 / std::sqrt(double(Dk));
-  const std::string base = n.name.empty() ? "attention" : n.name;
-  auto val = [&](const std::string& what) { return g.fresh_name(base + "/" + what); };
-  auto op = [&](const std::string& type, std::vector<std::string> ins, Attributes a = {}) {
-    std::string out = val(type);
-    g.add_node(type, ins, {out}, std::move(a), g.fresh_name(base + "/" + type));
-    return out;
-  };
+  const NodeMaker op{g, n.name.empty() ? "attention" : n.name};
   auto perm = [](std::vector<int64_t> p) {
     Attributes a;
     a.set("perm", Attribute::make_ints(std::move(p)));
@@ -124,54 +112,39 @@ bool apply(Graph& g, NodeId id) {
   // [B, S, H*D] -> [B, H, S, D]
   auto heads = [&](const std::string& x, int64_t H, int64_t D) {
     if (!three_d) return x;
-    return op("Transpose", {op("Reshape", {x, add_ints(g, base + "/heads_shape", {0, 0, H, D})})}, perm({0, 2, 1, 3}));
+    return op("Transpose", {op("Reshape", {x, op.ints("heads_shape", {0, 0, H, D})})}, perm({0, 2, 1, 3}));
   };
   std::string Q = heads(n.inputs[0], Hq, Dk), K = heads(n.inputs[1], Hkv, Dk), V = heads(n.inputs[2], Hkv, Dv);
   if (Hq != Hkv) {  // grouped-query heads: each kv head serves Hq / Hkv query heads
     auto repeat = [&](const std::string& x, int64_t D) {
-      std::string u = op("Unsqueeze", {x, add_ints(g, base + "/axis2", {2})});
-      std::string e = op("Expand", {u, add_ints(g, base + "/group_shape", {1, 1, Hq / Hkv, 1, 1})});
-      return op("Reshape", {e, add_ints(g, base + "/gqa_shape", {0, Hq, -1, D})});
+      std::string u = op("Unsqueeze", {x, op.ints("axis2", {2})});
+      std::string e = op("Expand", {u, op.ints("group_shape", {1, 1, Hq / Hkv, 1, 1})});
+      return op("Reshape", {e, op.ints("gqa_shape", {0, Hq, -1, D})});
     };
     K = repeat(K, Dk), V = repeat(V, Dv);
   }
   std::string kt = op("Transpose", {K}, perm({0, 1, 3, 2}));
-  Tensor s(DType::Float32, Shape{});
-  s.data<float>()[0] = float(scale);
-  std::string scores = op("Mul", {op("MatMul", {Q, kt}), add_initializer(g, base + "/scale", s)});
-  auto scalar = [&](const std::string& hint, float v) {
-    Tensor t(DType::Float32, Shape{});
-    t.data<float>()[0] = v;
-    return add_initializer(g, base + "/" + hint, t);
-  };
+  std::string scores = op("Mul", {op("MatMul", {Q, kt}), op.scalar("scale", float(scale))});
+  auto scalar = [&](const std::string& hint, float v) { return op.scalar(hint, v); };
   if (!runtime_mask.empty()) {
     std::string m = runtime_mask;
     if (g.type(m).dtype == DType::Bool) m = op("Where", {m, scalar("zero", 0.f), scalar("neg_inf", -std::numeric_limits<float>::infinity())});
     scores = op("Add", {scores, m});
   }
-  if (bias) scores = op("Add", {scores, add_initializer(g, base + "/bias", *bias)});
+  if (bias) scores = op("Add", {scores, add_initializer(g, op.base + "/bias", *bias)});
   Attributes sm;
   sm.set("axis", Attribute::make_int(-1));
   std::string p = op("Softmax", {scores}, sm);
   if (!runtime_mask.empty()) p = op("Where", {op("IsNaN", {p}), scalar("zero", 0.f), p});  // fully masked rows: 0
   std::string y = op("MatMul", {p, V});
-  if (three_d) y = op("Reshape", {op("Transpose", {y}, perm({0, 2, 1, 3})), add_ints(g, base + "/out_shape", {0, 0, Hq * Dv})});
+  if (three_d) y = op("Reshape", {op("Transpose", {y}, perm({0, 2, 1, 3})), op.ints("out_shape", {0, 0, Hq * Dv})});
   const std::string out = n.outputs[0];
   g.remove_node(id, /*drop_outputs=*/false);
   redirect(g, out, y);
   return true;
 }
 
-void run(PassContext& ctx, const PassArgs&) {
-  Graph& g = ctx.graph();
-  int done = 0;
-  for (NodeId id : g.topo_order())
-    if (g.has_node(id) && g.node(id).op_type == "Attention" && g.node(id).domain.empty() && apply(g, id)) ++done;
-  if (done) {
-    g.prune_values();
-    ctx.rules_fired["decompose-attention"] += done;
-  }
-}
+void run(PassContext& ctx, const PassArgs&) { rewrite_each(ctx, "Attention", "decompose-attention", apply); }
 
 }  // namespace
 

@@ -18,6 +18,8 @@ void register_structural_passes() {
   passes::register_combine_parallel_passes();
   passes::register_fold_transpose_into_gemm_pass();
   passes::register_decompose_attention_pass();
+  passes::register_decompose_rms_norm_pass();
+  passes::register_decompose_rotary_embedding_pass();
 }
 
 namespace passes {
@@ -120,6 +122,35 @@ std::string add_initializer(Graph& g, const std::string& hint, Tensor t) {
   std::string name = g.fresh_name(hint);
   g.set_initializer(name, std::move(t));
   return name;
+}
+
+std::string NodeMaker::operator()(const std::string& type, const std::vector<std::string>& ins, Attributes attrs) const {
+  std::string out = g.fresh_name(base + "/" + type);
+  g.add_node(type, ins, {out}, std::move(attrs), g.fresh_name(base + "/" + type));
+  return out;
+}
+
+std::string NodeMaker::ints(const std::string& hint, const std::vector<int64_t>& v) const {
+  Tensor t(DType::Int64, {int64_t(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.data<int64_t>()[i] = v[i];
+  return add_initializer(g, base + "/" + hint, std::move(t));
+}
+
+std::string NodeMaker::scalar(const std::string& hint, float v) const {
+  Tensor t(DType::Float32, Shape{});
+  t.data<float>()[0] = v;
+  return add_initializer(g, base + "/" + hint, std::move(t));
+}
+
+void rewrite_each(PassContext& ctx, const std::string& op, const std::string& pass, const std::function<bool(Graph&, NodeId)>& apply) {
+  Graph& g = ctx.graph();
+  int done = 0;
+  for (NodeId id : g.topo_order())
+    if (g.has_node(id) && g.node(id).op_type == op && g.node(id).domain.empty() && apply(g, id)) ++done;
+  if (done) {
+    g.prune_values();
+    ctx.rules_fired[pass] += done;
+  }
 }
 
 std::optional<std::vector<Tensor>> evaluate_constant_node(const Graph& g, NodeId id, PassContext* ctx) {

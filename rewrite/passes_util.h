@@ -1,5 +1,6 @@
 #pragma once
 // Helpers shared by the structural passes (rewrite/passes_*.cpp); internal to rewrite/.
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -19,6 +20,8 @@ void register_fold_batchnorm_pass();
 void register_combine_parallel_passes();
 void register_fold_transpose_into_gemm_pass();
 void register_decompose_attention_pass();
+void register_decompose_rms_norm_pass();
+void register_decompose_rotary_embedding_pass();
 
 // The value has exactly one consumer and is not a graph output.
 bool single_use(const Graph& g, const std::string& v);
@@ -49,6 +52,21 @@ bool bypass_node(Graph& g, NodeId id, std::string in, std::string out);
 
 // Adds an initializer under a fresh name derived from `hint`; returns the name.
 std::string add_initializer(Graph& g, const std::string& hint, Tensor t);
+
+// Builds the replacement of one node op by op (the decompose-* passes): every node and value
+// gets a fresh name under `base` (the replaced node's name).
+struct NodeMaker {
+  Graph& g;
+  std::string base;
+  // Adds node `type` reading `ins`; returns its (single) output.
+  std::string operator()(const std::string& type, const std::vector<std::string>& ins, Attributes attrs = {}) const;
+  std::string ints(const std::string& hint, const std::vector<int64_t>& v) const;  // a 1-D int64 initializer
+  std::string scalar(const std::string& hint, float v) const;                      // a float32 scalar initializer
+};
+
+// Runs `apply` on every default-domain node of type `op`, in topological order; counts the nodes
+// it rewrote under `pass` in rules_fired and drops the values left without use.
+void rewrite_each(PassContext& ctx, const std::string& op, const std::string& pass, const std::function<bool(Graph&, NodeId)>& apply);
 
 // Evaluates a node whose inputs are all constant with its reference kernel; nullopt (and a
 // warning in ctx) when the kernel fails or is missing.

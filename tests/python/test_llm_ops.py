@@ -1,7 +1,8 @@
-"""The opset-23 Attention op: the decompose-attention pass (rewrite/passes_decompose_attention.cpp)
-turns the forms it can into MatMul/Softmax/MatMul that run as fused attention on host; the other
-forms (a cache, a mask computed at run time) keep the op's reference kernel. Every case is
-checked against ONNX Runtime, which runs the op natively."""
+"""The opset-23 LLM ops on host. The decompose-attention pass (rewrite/passes_decompose_attention.cpp)
+turns the Attention forms it can into MatMul/Softmax/MatMul that run as fused attention; the
+other forms (a KV cache, a fully masked constant row) keep the op's reference kernel.
+decompose-rms-norm turns RMSNormalization into a reduction and elementwise ops the generator
+lowers. Every case is checked against ONNX Runtime, which runs these ops natively."""
 from __future__ import annotations
 
 import numpy as np
@@ -92,3 +93,50 @@ def test_attention_runtime_mask_and_cache_keep_the_op(cli, tmp_path):
              "mask": (rng.random((3, 7)) * -2).astype(np.float32), "past_k": _rand(rng, 1, 2, 4, 8), "past_v": _rand(rng, 1, 2, 4, 8)}
     m = _model([(n, list(a.shape)) for n, a in feeds.items()], ["y", "present_k", "present_v"], {})
     _check(cli, tmp_path, m, feeds, decomposed=False)
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_rms_normalization_is_decomposed_and_generated(cli, tmp_path, axis):
+    rng = np.random.default_rng(5)
+    x = _rand(rng, 2, 6, 32)
+    scale = onnx.numpy_helper.from_array(_rand(rng, *([32] if axis == -1 else [6, 32])), "scale")
+    node = h.make_node("RMSNormalization", ["x", "scale"], ["y"], name="rms", axis=axis, epsilon=1e-6)
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("x", TP.FLOAT, [2, 6, 32])], [h.make_tensor_value_info("y", TP.FLOAT, [2, 6, 32])],
+                     [scale])
+    _check_generated(cli, tmp_path, h.make_model(g, opset_imports=[h.make_opsetid("", 23)]), x, "decompose-rms-norm")
+
+
+def _check_generated(cli, tmp_path, m, x, pass_name):
+    """One-input model `m` on host matches ONNX Runtime, runs no fallback block, and `pass_name` fired once."""
+    path = tmp_path / "model.onnx"
+    onnx.save(m, path)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.save(tmp_path / "x.npy", x)
+    j = cli.ok("run", path, "--target", "host", "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "out")
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), want, rtol=RTOL, atol=ATOL)
+    assert j["compile"]["memory"]["fallback_blocks"] == 0, j["compile"]["memory"].get("fallback_reasons")
+    rep = cli.ok("optimize", path, "--target", "host")
+    assert rep["rules_fired"].get(pass_name) == 1
+
+
+@pytest.mark.parametrize("three_d,interleaved,partial,positions", [(False, False, False, False), (True, True, True, True),
+                                                                   (False, True, False, True), (True, False, True, False)])
+def test_rotary_embedding_is_decomposed_and_generated(cli, tmp_path, three_d, interleaved, partial, positions):
+    rng = np.random.default_rng(6)
+    B, H, S, D = 2, 3, 5, 8
+    R = 4 if partial else D
+    x = _rand(rng, B, S, H * D) if three_d else _rand(rng, B, H, S, D)
+    cache_shape = [11, R // 2] if positions else [B, S, R // 2]
+    inits = [onnx.numpy_helper.from_array(np.cos(rng.random(cache_shape)).astype(np.float32), "cos"),
+             onnx.numpy_helper.from_array(np.sin(rng.random(cache_shape)).astype(np.float32), "sin")]
+    ins = ["x", "cos", "sin"]
+    if positions:
+        inits.append(onnx.numpy_helper.from_array(rng.integers(0, 11, (B, S)).astype(np.int64), "pos"))
+        ins.append("pos")
+    attrs = {"interleaved": int(interleaved), "rotary_embedding_dim": R if partial else 0}
+    if three_d:
+        attrs["num_heads"] = H
+    node = h.make_node("RotaryEmbedding", ins, ["y"], name="rope", **attrs)
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("x", TP.FLOAT, list(x.shape))], [h.make_tensor_value_info("y", TP.FLOAT, list(x.shape))],
+                     inits)
+    _check_generated(cli, tmp_path, h.make_model(g, opset_imports=[h.make_opsetid("", 23)]), x, "decompose-rotary-embedding")
