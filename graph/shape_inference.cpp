@@ -52,8 +52,10 @@ TensorType merge(const TensorType& declared, const TensorType& inferred, const N
 
 // A body input declared without an element type (legal for Loop and Scan bodies: the node's
 // operands give it) takes it from the node before the body is inferred: a Loop's iteration number
-// and condition, its carried values; a Scan's state values and its scan inputs' elements (the scan
-// axis removed). Declared types are kept.
+// and condition, the dtype of its carried values and of a Scan's state values (their shapes may
+// change from one iteration to the next: infer_loop works out whether they do), and a Scan's
+// scan input elements whole (the scan axis removed: the same every iteration). Declared types
+// are kept.
 static void type_open_body_inputs(const Graph& g, const Node& n, int64_t opset, Graph& body) {
   const auto& ins = body.inputs();
   auto open = [&](size_t k) { return k < ins.size() && body.type(ins[k]).dtype == DType::Undefined; };
@@ -65,7 +67,7 @@ static void type_open_body_inputs(const Graph& g, const Node& n, int64_t opset, 
     if (open(0)) body.set_type(ins[0], TensorType(DType::Int64, std::vector<Dim>{}));
     if (open(1)) body.set_type(ins[1], TensorType(DType::Bool, std::vector<Dim>{}));
     for (size_t k = 2; k < ins.size(); ++k)
-      if (auto t = operand(k); open(k) && t && t->dtype != DType::Undefined) body.set_type(ins[k], *t);
+      if (auto t = operand(k); open(k) && t && t->dtype != DType::Undefined) body.set_type(ins[k], TensorType::unknown_shape(t->dtype));
   } else if (n.op_type == "Scan" && n.domain.empty() && opset >= 9) {
     const int64_t m = n.attrs.get_int("num_scan_inputs", 0);
     if (m < 1 || size_t(m) > n.inputs.size() || ins.size() != n.inputs.size()) return;  // the Scan's inference says why
@@ -74,17 +76,15 @@ static void type_open_body_inputs(const Graph& g, const Node& n, int64_t opset, 
     for (size_t k = 0; k < ins.size(); ++k) {
       auto t = operand(k);
       if (!open(k) || !t || t->dtype == DType::Undefined) continue;
-      if (k >= n_state) {
-        if (!t->has_shape) {
-          body.set_type(ins[k], TensorType::unknown_shape(t->dtype));
-          continue;
-        }
-        const size_t j = k - n_state;
-        int64_t ax = j < axes.size() ? axes[j] : 0;
-        if (ax < 0) ax += t->rank();
-        if (ax < 0 || ax >= t->rank()) continue;  // the Scan's inference says why
-        t->dims.erase(t->dims.begin() + ax);
+      if (k < n_state || !t->has_shape) {
+        body.set_type(ins[k], TensorType::unknown_shape(t->dtype));
+        continue;
       }
+      const size_t j = k - n_state;
+      int64_t ax = j < axes.size() ? axes[j] : 0;
+      if (ax < 0) ax += t->rank();
+      if (ax < 0 || ax >= t->rank()) continue;  // the Scan's inference says why
+      t->dims.erase(t->dims.begin() + ax);
       body.set_type(ins[k], *t);
     }
   }
