@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+echo "== test: setup and build took $SECONDS s"
 BUILD_DIR=${BUILD_DIR:-build}
+start=$SECONDS
 (cd "$BUILD_DIR" && ctest --output-on-failure -j "$(nproc)" "$@")
+echo "== test: ctest took $((SECONDS - start)) s"
+start=$SECONDS
 bash scripts/test_package.sh
+echo "== test: package checks took $((SECONDS - start)) s"

@@ -4,6 +4,7 @@
 // interpreter; what does not must fail with an Error.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -16,6 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+fs::path g_root;  // removed at exit: the compiled kernels and the artifact copy
 fs::path g_dir;
 nnfuse::Model* g_model = nullptr;
 nnfuse::TensorMap* g_feeds = nullptr;
@@ -41,6 +43,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   nnfuse::fuzz::set_fuzz_limits();
   fs::path root = fs::temp_directory_path() / ("nnfuse_fuzz_artifact_" + std::to_string(::getpid()));
   fs::create_directories(root);
+  g_root = root;
+  std::atexit([] {
+    std::error_code ec;
+    fs::remove_all(g_root, ec);
+  });
   g_model = new nnfuse::Model(small_model());
   nnfuse::CpuCompileOptions o;
   o.threads = 1;

@@ -1,7 +1,7 @@
 """Every zoo model, in every exported form, against ONNX Runtime.
 
 For each model listed by `nnfuse zoo list` and each form (opsets 13, 17 and 20 for transformers,
-13 for the others) the test exports it with `nnfuse zoo export`, checks the file with
+13 for the others and for the full-size transformers) the test exports it with `nnfuse zoo export`, checks the file with
 onnx.checker (full_check, which runs ONNX's shape inference too), runs the same seeded random
 inputs through ONNX Runtime and through `nnfuse run --target reference --pipeline none`, and
 compares them; then it round-trips the export through `nnfuse convert` and checks that ONNX
@@ -77,6 +77,12 @@ def _cases():
     cases = []
     for m in models:
         opsets = [13, 17, 20] if m["network_class"] in TRANSFORMER_CLASSES else [13]
+        if m["name"] in SLOW_MODELS:
+            # The 100M-parameter transformers in their opset-13 form only: the opset-17 and -20
+            # forms differ from it in the ops the exporter writes (LayerNormalization, Split's
+            # input), which the tiny forms of the same models check at every opset; each
+            # full-size form costs CI about 30 s.
+            opsets = [13]
         for opset in opsets:
             marks = []
             if not m["tiny"]:

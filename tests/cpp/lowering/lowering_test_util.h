@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <system_error>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -19,11 +20,26 @@
 
 namespace nnfuse::testing {
 
+// The folders test_cache_dir made, removed when the test process exits (CTest runs one test case
+// per process, and each leaves megabytes of compiled kernels behind otherwise).
+struct TestCacheDirs {
+  std::set<std::string> paths;
+  ~TestCacheDirs() {
+    std::error_code ec;
+    for (auto& p : paths) std::filesystem::remove_all(p, ec);
+  }
+};
+inline TestCacheDirs& test_cache_dirs() {
+  static TestCacheDirs dirs;
+  return dirs;
+}
+
 // A kernel cache private to this test process (so cache hits never come from another run).
 inline std::string test_cache_dir(const std::string& tag) {
   namespace fs = std::filesystem;
   fs::path p = fs::temp_directory_path() / ("nnfuse_test_" + tag + "_" + std::to_string(::getpid()));
   fs::create_directories(p);
+  test_cache_dirs().paths.insert(p.string());
   return p.string();
 }
 

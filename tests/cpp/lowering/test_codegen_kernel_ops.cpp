@@ -167,7 +167,9 @@ TEST_CASE("codegen: NonMaxSuppression writes a capacity buffer and records its r
   check_close(got, want);
 }
 
-TEST_CASE("codegen: LSTM and NonMaxSuppression as a standalone aarch64 program under qemu", "[codegen][arm]") {
+// LSTM and NonMaxSuppression run on Arm in tests/python/test_arm_qemu.py (lstm_tiny, ssd_tiny);
+// each cross-compile here costs half a minute.
+TEST_CASE("codegen: GRU and RNN as standalone aarch64 programs under qemu; a fallback stage is refused", "[codegen][arm]") {
   if (std::system("aarch64-linux-gnu-g++ --version > /dev/null 2>&1") != 0 || std::system("qemu-aarch64 --version > /dev/null 2>&1") != 0) {
     WARN("aarch64-linux-gnu-g++ or qemu-aarch64 missing: skipped");
     return;
@@ -175,10 +177,6 @@ TEST_CASE("codegen: LSTM and NonMaxSuppression as a standalone aarch64 program u
   CrossRunOptions o;
   o.cache_dir = test_cache_dir("kernel_ops");
   o.threads = 2;
-  Model lm = lstm_model();
-  KernelModule lk = lower_module(lm.graph, singleton_plan(lm.graph));
-  TensorMap lf = lstm_feeds(lm);
-  check_close(cross_run(lk, lf, o), run_reference(lm.graph, lf));
   Model gm = gru_model();
   KernelModule gk = lower_module(gm.graph, singleton_plan(gm.graph));
   TensorMap gf = lstm_feeds(gm);
@@ -197,8 +195,4 @@ TEST_CASE("codegen: LSTM and NonMaxSuppression as a standalone aarch64 program u
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("Shape") != std::string::npos);
   }
-  // Without the consumer, the count of selected rows comes back from the program.
-  Model nm2 = nms_model(false);
-  KernelModule nk2 = lower_module(nm2.graph, singleton_plan(nm2.graph));
-  check_close(cross_run(nk2, nf, o), run_reference(nm2.graph, nf));
 }
