@@ -9,6 +9,9 @@ size_t dtype_size(DType t) {
     case DType::Float32: case DType::Int32: case DType::UInt32: return 4;
     case DType::Float64: case DType::Int64: case DType::UInt64: return 8;
     case DType::UInt8: case DType::Int8: case DType::Bool: return 1;
+    case DType::Float8E4M3FN: case DType::Float8E4M3FNUZ: case DType::Float8E5M2: case DType::Float8E5M2FNUZ:
+    case DType::UInt4: case DType::Int4: case DType::Float4E2M1: case DType::Float8E8M0: case DType::UInt2:
+    case DType::Int2: return 1;
     case DType::UInt16: case DType::Int16: case DType::Float16: case DType::BFloat16: return 2;
     default: return 0;
   }
@@ -29,6 +32,17 @@ const char* dtype_name(DType t) {
     case DType::Bool: return "bool";
     case DType::Float16: return "float16";
     case DType::BFloat16: return "bfloat16";
+    // ml_dtypes' names (the numpy dtypes onnx.numpy_helper returns for these types).
+    case DType::Float8E4M3FN: return "float8_e4m3fn";
+    case DType::Float8E4M3FNUZ: return "float8_e4m3fnuz";
+    case DType::Float8E5M2: return "float8_e5m2";
+    case DType::Float8E5M2FNUZ: return "float8_e5m2fnuz";
+    case DType::UInt4: return "uint4";
+    case DType::Int4: return "int4";
+    case DType::Float4E2M1: return "float4_e2m1fn";
+    case DType::Float8E8M0: return "float8_e8m0fnu";
+    case DType::UInt2: return "uint2";
+    case DType::Int2: return "int2";
     case DType::String: return "string";
     case DType::Undefined: return "undefined";
   }
@@ -36,9 +50,10 @@ const char* dtype_name(DType t) {
 }
 
 DType dtype_from_name(const std::string& n) {
-  for (int i = 0; i <= 16; ++i) {
+  if (n == "undefined") return DType::Undefined;  // codes 14 and 15 (complex) are named so too
+  for (int i = 1; i <= kMaxDTypeCode; ++i) {
     auto t = static_cast<DType>(i);
-    if (n == dtype_name(t) && t != DType::Undefined) return t;
+    if (n == dtype_name(t)) return t;
   }
   if (n == "float") return DType::Float32;
   if (n == "double") return DType::Float64;
@@ -49,6 +64,16 @@ DType dtype_from_name(const std::string& n) {
 bool dtype_is_float(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
 }
+bool dtype_is_low_precision(DType t) { return int32_t(t) >= 17 && int32_t(t) <= kMaxDTypeCode; }
+
+int dtype_packed_bits(DType t) {
+  switch (t) {
+    case DType::UInt4: case DType::Int4: case DType::Float4E2M1: return 4;
+    case DType::UInt2: case DType::Int2: return 2;
+    default: return int(dtype_size(t)) * 8;
+  }
+}
+
 bool dtype_is_integer(DType t) {
   switch (t) {
     case DType::UInt8: case DType::Int8: case DType::UInt16: case DType::Int16: case DType::Int32:

@@ -23,7 +23,23 @@ enum class DType : int32_t {
   UInt32 = 12,
   UInt64 = 13,
   BFloat16 = 16,
+  // Low-precision storage types (ONNX 1.14+). In memory each element takes one byte, as in
+  // ml_dtypes: a float8 or float4 bit pattern (float4 in the low nibble), an int4/int2 value
+  // sign-extended, a uint4/uint2 value; ONNX files pack the 4- and 2-bit types (graph/onnx_tensor.h).
+  // Only data movement, Cast/CastLike and QuantizeLinear/DequantizeLinear take them
+  // (graph/low_precision.h); arithmetic ops refuse them.
+  Float8E4M3FN = 17,
+  Float8E4M3FNUZ = 18,
+  Float8E5M2 = 19,
+  Float8E5M2FNUZ = 20,
+  UInt4 = 21,
+  Int4 = 22,
+  Float4E2M1 = 23,
+  Float8E8M0 = 24,
+  UInt2 = 25,
+  Int2 = 26,
 };
+constexpr int32_t kMaxDTypeCode = 26;
 
 // Bytes per element; 0 for Undefined and String (strings are not supported as tensor data).
 size_t dtype_size(DType t);
@@ -34,6 +50,10 @@ DType dtype_from_name(const std::string& name);
 bool dtype_is_float(DType t);    // float16, bfloat16, float32, float64
 bool dtype_is_integer(DType t);  // signed and unsigned integers (not bool)
 bool dtype_is_signed(DType t);
+// float8 (the five kinds), float4e2m1, int4/uint4 and int2/uint2.
+bool dtype_is_low_precision(DType t);
+// Bits per element in an ONNX file: 4 for int4/uint4/float4e2m1, 2 for int2/uint2, else 8 x size.
+int dtype_packed_bits(DType t);
 
 // IEEE half stored as its bit pattern.
 struct Half {

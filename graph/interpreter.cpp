@@ -138,6 +138,17 @@ TensorMap random_feeds(const Graph& g, uint64_t seed) {
     } catch (const Error& e) {
       fail(e.kind(), "input '" + name + "': " + e.detail());
     }
+    if (dtype_is_low_precision(t.dtype)) {
+      // float8/float4: uniform in [-1, 1) rounded to the type; int4/int2: uniform over the type's range.
+      Tensor v(DType::Float64, t.static_shape());
+      const bool integral = low_precision_is_integer(t.dtype);
+      const auto range = integral ? low_precision_int_range(t.dtype) : std::pair<int64_t, int64_t>{0, 0};
+      std::uniform_real_distribution<double> u(-1.0, 1.0);
+      std::uniform_int_distribution<int64_t> ui(range.first, range.second);
+      for (int64_t i = 0; i < v.numel(); ++i) v.data<double>()[i] = integral ? double(ui(rng)) : u(rng);
+      feeds[name] = v.cast(t.dtype);
+      continue;
+    }
     dispatch_dtype(t.dtype, [&](auto tag) {
       using T = decltype(tag);
       T* p = static_cast<T*>(x.raw());

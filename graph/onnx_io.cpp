@@ -33,9 +33,10 @@ ErrorContext in_file(const std::string& file) {
 }
 
 // Versions we accept on import. IR 3 is the first with opset_import. IR 11-14 (ONNX 1.17-1.23)
-// add element types and proto fields, nothing that changes what older fields mean: a model that
-// uses one of the new types is refused where the type appears (dtype_supported), and onnx 1.23's
-// make_model stamps IR 14 on every model, new features or not.
+// add element types and proto fields, nothing that changes what older fields mean: the new types
+// up to int2 (code 26) are taken (graph/low_precision.h), a model that uses a type nnfuse lacks
+// is refused where the type appears (dtype_supported), and onnx 1.23's make_model stamps IR 14
+// on every model, new features or not.
 constexpr int64_t kMinIr = 3, kMaxIr = 14;
 // Opsets 22-28 (onnx 1.17-1.23): most new schema versions only add element types; an op whose
 // newer version changed what it computes is checked per node against its schema's opset range
@@ -60,7 +61,7 @@ bool dtype_supported(int32_t t) {
     case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 9: case 10: case 11: case 12: case 13: case 16:
       return true;
     default:
-      return false;
+      return t >= 17 && t <= kMaxDTypeCode;  // float8, float4, int4/uint4, int2/uint2
   }
 }
 
@@ -69,13 +70,6 @@ const char* onnx_dtype_name(int32_t t) {
     case 8: return "string";
     case 14: return "complex64";
     case 15: return "complex128";
-    case 17: return "float8e4m3fn";
-    case 18: return "float8e4m3fnuz";
-    case 19: return "float8e5m2";
-    case 20: return "float8e5m2fnuz";
-    case 21: return "uint4";
-    case 22: return "int4";
-    case 23: return "float4e2m1";
     default: return dtype_supported(t) ? dtype_name(DType(t)) : "unknown";
   }
 }
@@ -155,17 +149,30 @@ struct Importer {
       model_error("tensor " + name + " of shape " + shape_str(shape) + " needs " + std::to_string(n) + " elements but " + field +
                   " holds " + std::to_string(got));
     };
-    // Stored little-endian; every host we target is little-endian.
+    // Stored little-endian; every host we target is little-endian. The 4- and 2-bit types are
+    // stored packed (two or four to a byte) and unpacked here to one byte per element.
+    const size_t stored = packed_size(dtype, n);
+    auto unpack = [&](const char* bytes) {
+      if (n) unpack_low_precision(dtype, reinterpret_cast<const uint8_t*>(bytes), n, static_cast<uint8_t*>(t.raw()));
+    };
     if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-      std::string buf = read_external(tp, t.nbytes());
-      if (n) std::memcpy(t.raw(), buf.data(), t.nbytes());
+      std::string buf = read_external(tp, stored);
+      unpack(buf.data());
       return t;
     }
     if (tp.has_raw_data()) {
-      if (tp.raw_data().size() != t.nbytes())
+      if (tp.raw_data().size() != stored)
         model_error("tensor " + name + " of shape " + shape_str(shape) + " and type " + dtype_name(dtype) + " needs " +
-                    std::to_string(t.nbytes()) + " bytes but raw_data holds " + std::to_string(tp.raw_data().size()));
-      if (n) std::memcpy(t.raw(), tp.raw_data().data(), t.nbytes());
+                    std::to_string(stored) + " bytes but raw_data holds " + std::to_string(tp.raw_data().size()));
+      unpack(tp.raw_data().data());
+      return t;
+    }
+    if (dtype_is_low_precision(dtype)) {
+      // int32_data: one float8 code, or one packed byte of 4/2-bit elements, per entry.
+      if (size_t(tp.int32_data_size()) != stored) count_error(size_t(tp.int32_data_size()), "int32_data");
+      std::string bytes(stored, '\0');
+      for (size_t i = 0; i < stored; ++i) bytes[i] = char(uint8_t(tp.int32_data(int(i))));
+      unpack(bytes.data());
       return t;
     }
     auto* out = static_cast<char*>(t.raw());
@@ -711,6 +718,13 @@ struct ExternalWriter {
 struct Exporter {
   ExternalWriter* external = nullptr;  // non-null: big tensors go to the data file
 
+  // The 4- and 2-bit types packed as ONNX stores them; empty for every other type (whose bytes
+  // are stored as they are in memory).
+  static std::string packed_bytes(const Tensor& t) {
+    if (dtype_packed_bits(t.dtype()) >= 8) return {};
+    return pack_low_precision(t.dtype(), static_cast<const uint8_t*>(t.raw()), size_t(t.numel()));
+  }
+
   void tensor(const Tensor& t, const std::string& name, onnx::TensorProto& tp, bool allow_external) const {
     if (!name.empty()) tp.set_name(name);
     tp.set_data_type(int32_t(t.dtype()));
@@ -724,7 +738,10 @@ struct Exporter {
       static const char zeros[align] = {};
       external->out->write(zeros, pad);
       external->offset += pad;
-      external->out->write(static_cast<const char*>(t.raw()), std::streamsize(t.nbytes()));
+      const std::string packed = packed_bytes(t);
+      const char* bytes = packed.empty() ? static_cast<const char*>(t.raw()) : packed.data();
+      const size_t nbytes = packed.empty() ? t.nbytes() : packed.size();
+      external->out->write(bytes, std::streamsize(nbytes));
       if (!*external->out) fail(ErrorKind::Io, "writing external data file '" + external->location + "' failed");
       tp.set_data_location(onnx::TensorProto::EXTERNAL);
       auto add = [&](const char* k, const std::string& v) {
@@ -734,11 +751,12 @@ struct Exporter {
       };
       add("location", external->location);
       add("offset", std::to_string(external->offset));
-      add("length", std::to_string(t.nbytes()));
-      external->offset += int64_t(t.nbytes());
+      add("length", std::to_string(nbytes));
+      external->offset += int64_t(nbytes);
       return;
     }
-    if (t.nbytes()) tp.set_raw_data(static_cast<const char*>(t.raw()), t.nbytes());
+    if (const std::string packed = packed_bytes(t); !packed.empty()) tp.set_raw_data(packed);
+    else if (t.nbytes()) tp.set_raw_data(static_cast<const char*>(t.raw()), t.nbytes());
     else tp.set_raw_data("");
   }
 
@@ -1020,6 +1038,36 @@ void save_model(const Model& m, const std::string& path, const SaveOptions& opt)
   if (!mp.SerializeToOstream(&out)) fail(ErrorKind::Io, "writing model file '" + path + "' failed", in_file(path));
   out.close();
   if (!out) fail(ErrorKind::Io, "writing model file '" + path + "' failed", in_file(path));
+}
+
+}  // namespace nnfuse
+
+namespace nnfuse {
+
+Tensor load_tensor_pb(const std::string& path, std::string* name) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::Io, "cannot open tensor file '" + path + "'", in_file(path));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail(ErrorKind::Io, "reading tensor file '" + path + "' failed", in_file(path));
+  onnx::TensorProto tp;
+  if (bytes.size() > size_t(INT_MAX) || !tp.ParseFromString(bytes))
+    fail(ErrorKind::Invalid, "not a serialized onnx.TensorProto (protobuf parse failed)", in_file(path));
+  Importer imp;
+  imp.label = path;
+  imp.base_dir = fs::path(path).parent_path().string();
+  Tensor t = imp.tensor(tp, "in '" + path + "'");
+  if (name) *name = tp.name();
+  return t;
+}
+
+void save_tensor_pb(const Tensor& t, const std::string& name, const std::string& path) {
+  onnx::TensorProto tp;
+  Exporter{}.tensor(t, name, tp, false);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) fail(ErrorKind::Io, "cannot write tensor file '" + path + "'", in_file(path));
+  if (!tp.SerializeToOstream(&out)) fail(ErrorKind::Io, "writing tensor file '" + path + "' failed", in_file(path));
+  out.close();
+  if (!out) fail(ErrorKind::Io, "writing tensor file '" + path + "' failed", in_file(path));
 }
 
 }  // namespace nnfuse

@@ -36,4 +36,10 @@ std::string save_model_bytes(const Model& m);
 void save_model(const Model& m, const std::string& path);
 void save_model(const Model& m, const std::string& path, const SaveOptions& opt);
 
+// One tensor as a serialized onnx.TensorProto, the form of ONNX test-data files (input_0.pb):
+// every element type nnfuse holds, bfloat16, float8 and the packed 4/2-bit types included, which
+// .npy cannot carry. `name` receives the proto's name field (may be empty).
+Tensor load_tensor_pb(const std::string& path, std::string* name = nullptr);
+void save_tensor_pb(const Tensor& t, const std::string& name, const std::string& path);
+
 }  // namespace nnfuse

@@ -177,8 +177,10 @@ static DType bitcast_target(const Node& n, int64_t opset, DType from) {
   auto to = n.attrs.opt_int("to");
   if (!to) fail(ErrorKind::Model, "BitCast needs the attribute 'to'", node_ctx(n, opset));
   const DType t = DType(int32_t(*to));
-  if (!castable(t))
-    fail(ErrorKind::Unsupported, "BitCast to ONNX dtype " + std::to_string(*to) + " (" + dtype_name(t) + ") is not supported", node_ctx(n, opset));
+  if (!castable(t) || dtype_packed_bits(t) != 8 * int(dtype_size(t)) || (from != DType::Undefined && dtype_packed_bits(from) < 8))
+    fail(ErrorKind::Unsupported, "BitCast to ONNX dtype " + std::to_string(*to) + " (" + dtype_name(t) + ")" +
+                                     (from != DType::Undefined ? std::string(" from ") + dtype_name(from) : std::string()) + " is not supported",
+         node_ctx(n, opset));
   if (from != DType::Undefined && dtype_size(from) != dtype_size(t))
     fail(ErrorKind::Model,
          std::string("BitCast from ") + dtype_name(from) + " to " + dtype_name(t) + ": the widths differ (" + std::to_string(8 * dtype_size(from)) +
@@ -204,12 +206,24 @@ static InferResult infer_cast(const InferContext& c) {
   return r;
 }
 
+// Cast's `saturate` (opset 19; float8 targets) and `round_mode` (opset 24; float8e8m0 targets).
+static LowPrecisionCast cast_options(const Node& n, int64_t opset) {
+  LowPrecisionCast o;
+  o.saturate = n.attrs.get_int("saturate", 1) != 0;
+  const std::string mode = n.attrs.get_string("round_mode", "up");
+  if (mode == "up") o.e8m0 = E8M0Rounding::Up;
+  else if (mode == "down") o.e8m0 = E8M0Rounding::Down;
+  else if (mode == "nearest") o.e8m0 = E8M0Rounding::Nearest;
+  else fail(ErrorKind::Model, "round_mode '" + mode + "' is not one of up, down, nearest", node_ctx(n, opset));
+  return o;
+}
+
 static std::vector<Tensor> cast_kernel(const KernelContext& c, DType to) {
   const Tensor& x = c.input(0);
   if (!castable(x.dtype())) unsupported_dtype(c.node, c.opset, x.dtype(), "input", kAny);
   if (!castable(to)) unsupported_dtype(c.node, c.opset, to, "target", kAny);
   if (x.dtype() == to) return {x};
-  return {x.cast(to)};
+  return {x.cast(to, cast_options(c.node, c.opset))};
 }
 
 static InferResult infer_castlike(const InferContext& c) {

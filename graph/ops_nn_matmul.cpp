@@ -310,6 +310,33 @@ void quantize_into(const float* x, int64_t n, const std::vector<float>& scale, c
   }
 }
 
+// To int4/uint4/int2/uint2: rounded, shifted by the zero point and clamped, like the 8-bit types.
+// To float8: x / scale cast as Cast does (saturating unless `saturate` is 0); the zero point,
+// which must be 0 there, is not added. To float4e2m1: x / scale + zero point, saturating.
+void quantize_low_precision(const KernelContext& c, const float* x, int64_t n, const std::vector<float>& scale,
+                            const std::vector<double>& zp, const AxisParams& ap, Tensor& out) {
+  const DType od = out.dtype();
+  auto* codes = static_cast<uint8_t*>(out.raw());
+  if (low_precision_is_integer(od)) {
+    const auto [lo, hi] = low_precision_int_range(od);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = ap.at(i);
+      const double v = double(std::nearbyint(x[i] / scale[size_t(k)])) + zp[size_t(k)];
+      codes[i] = wrap_to_low_precision_int(od, int64_t(std::min(double(hi), std::max(double(lo), v))));
+    }
+    return;
+  }
+  if (od == DType::Float8E8M0) c.unsupported("QuantizeLinear does not support output dtype float8_e8m0fnu");
+  LowPrecisionCast o;
+  o.saturate = c.node.attrs.get_int("saturate", 1) != 0;
+  const bool add_zero_point = od == DType::Float4E2M1;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = ap.at(i);
+    const float q = x[i] / scale[size_t(k)];
+    codes[i] = float_to_low_precision(od, add_zero_point ? double(q) + zp[size_t(k)] : double(q), o);
+  }
+}
+
 std::vector<Tensor> quantize_kernel(const KernelContext& c) {
   const Tensor& x = c.input(0);
   const Tensor& s = c.input(1);
@@ -325,6 +352,10 @@ std::vector<Tensor> quantize_kernel(const KernelContext& c) {
   if (zp)
     for (size_t i = 0; i < z.size(); ++i) z[i] = zp->as_double(int64_t(i));
   Tensor out(od, x.shape());
+  if (dtype_is_low_precision(od)) {
+    quantize_low_precision(c, xf.data<float>(), x.numel(), scale, z, ap, out);
+    return {out};
+  }
   switch (od) {
     case DType::UInt8: quantize_into(xf.data<float>(), x.numel(), scale, z, ap, out.data<uint8_t>()); break;
     case DType::Int8: quantize_into(xf.data<float>(), x.numel(), scale, z, ap, out.data<int8_t>()); break;
@@ -350,7 +381,8 @@ std::vector<Tensor> dequantize_kernel(const KernelContext& c) {
   const Tensor& s = c.input(1);
   const Tensor* zp = c.has_input(2) ? c.inputs[2] : nullptr;
   DType xt = x.dtype();
-  if (xt != DType::UInt8 && xt != DType::Int8 && xt != DType::Int32 && xt != DType::UInt16 && xt != DType::Int16)
+  if (xt != DType::UInt8 && xt != DType::Int8 && xt != DType::Int32 && xt != DType::UInt16 && xt != DType::Int16 &&
+      (!dtype_is_low_precision(xt) || xt == DType::Float8E8M0))
     c.unsupported(std::string("DequantizeLinear does not support input dtype ") + dtype_name(xt));
   if (!is_floatish(s.dtype())) c.unsupported(std::string("DequantizeLinear does not support scale dtype ") + dtype_name(s.dtype()));
   if (zp && zp->dtype() != xt)
@@ -364,7 +396,13 @@ std::vector<Tensor> dequantize_kernel(const KernelContext& c) {
   Tensor out(DType::Float32, x.shape());
   float* o = out.data<float>();
   int64_t n = x.numel();
-  dispatch_dtype(xt, [&](auto tag) {
+  if (dtype_is_low_precision(xt)) {
+    const auto* codes = static_cast<const uint8_t*>(x.raw());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t k = ap.at(i);
+      o[i] = (float(low_precision_to_double(xt, codes[i])) - z[size_t(k)]) * scale[size_t(k)];
+    }
+  } else dispatch_dtype(xt, [&](auto tag) {
     using Q = decltype(tag);
     if constexpr (std::is_integral_v<Q>) {
       const Q* p = x.data<Q>();

@@ -1,5 +1,6 @@
 #include "graph/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -157,6 +158,7 @@ template <> BFloat16 from_d(double v) { return BFloat16{float_to_bf16(float(v))}
 
 double Tensor::as_double(int64_t i) const {
   if (i < 0 || i >= numel()) fail(ErrorKind::Invalid, "element " + std::to_string(i) + " out of range for " + shape_str(shape_));
+  if (dtype_is_low_precision(dtype_)) return low_precision_to_double(dtype_, static_cast<const uint8_t*>(data_)[i]);
   return dispatch_dtype(dtype_, [&](auto tag) -> double {
     using T = decltype(tag);
     return to_d(static_cast<const T*>(data_)[i]);
@@ -193,8 +195,50 @@ std::vector<float> Tensor::to_float_vector() const {
   return r;
 }
 
-Tensor Tensor::cast(DType to) const {
+namespace {
+
+// Casts from or to a low-precision type. From one: its exact values (int64 for the integer
+// types, double for the float ones) cast on. To an integer one: integers wrap around, floats are
+// truncated towards zero first (NaN becomes 0). To a float one: rounded from the double value.
+Tensor cast_low_precision(const Tensor& x, DType to, const LowPrecisionCast& lp) {
+  const DType from = x.dtype();
+  const int64_t n = x.numel();
+  if (dtype_is_low_precision(from)) {
+    const bool integral = low_precision_is_integer(from);
+    Tensor vals = Tensor::uninitialized(integral ? DType::Int64 : DType::Float64, x.shape());
+    const auto* codes = static_cast<const uint8_t*>(x.raw());
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = low_precision_to_double(from, codes[i]);
+      if (integral) vals.data<int64_t>()[i] = int64_t(v);
+      else vals.data<double>()[i] = v;
+    }
+    return vals.dtype() == to ? vals : vals.cast(to, lp);
+  }
+  Tensor out = Tensor::uninitialized(to, x.shape());
+  auto* codes = static_cast<uint8_t*>(out.raw());
+  if (low_precision_is_integer(to) && (dtype_is_integer(from) || from == DType::Bool)) {
+    const Tensor iv = x.cast(DType::Int64);  // two's complement keeps the low bits of uint64
+    for (int64_t i = 0; i < n; ++i) codes[i] = wrap_to_low_precision_int(to, iv.data<int64_t>()[i]);
+    return out;
+  }
+  const Tensor dv = x.cast(DType::Float64);
+  const double* d = dv.data<double>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (low_precision_is_integer(to)) {
+      const double t = std::isnan(d[i]) ? 0.0 : std::trunc(std::clamp(d[i], -9.2e18, 9.2e18));
+      codes[i] = wrap_to_low_precision_int(to, int64_t(t));
+    } else {
+      codes[i] = float_to_low_precision(to, d[i], lp);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor Tensor::cast(DType to, const LowPrecisionCast& lp) const {
   if (to == dtype_) return clone();
+  if (dtype_is_low_precision(to) || dtype_is_low_precision(dtype_)) return cast_low_precision(*this, to, lp);
   Tensor out = uninitialized(to, shape_);  // every element written below
   int64_t n = numel();
   dispatch_dtype(dtype_, [&](auto src_tag) {

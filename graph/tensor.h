@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "graph/dtype.h"
+#include "graph/low_precision.h"
 
 namespace nnfuse {
 
@@ -82,7 +83,9 @@ class Tensor {
   std::vector<int64_t> to_int_vector() const;
   std::vector<float> to_float_vector() const;
   // Converts to another dtype (numeric conversions with C semantics; float->bool is x != 0).
-  Tensor cast(DType to) const;
+  // The low-precision types convert as ONNX's Cast does (graph/low_precision.h): `lp` says how
+  // floats saturate and round into float8.
+  Tensor cast(DType to, const LowPrecisionCast& lp = {}) const;
   bool same_data(const Tensor& other) const { return data_ == other.data_; }
   // Bitwise equality of dtype, shape and contents.
   bool equals(const Tensor& other) const;

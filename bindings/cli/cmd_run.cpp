@@ -17,6 +17,7 @@
 #include "graph/error.h"
 #include "graph/interpreter.h"
 #include "graph/npy.h"
+#include "graph/onnx_io.h"
 #include "graph/shape_inference.h"
 #include "report.h"
 
@@ -38,6 +39,15 @@ void check_choice(const ParsedArgs& args, const std::string& option, const std::
     throw UsageError(option + " '" + value + "' is not supported yet; supported now: " + join(supported), args.spec->usage_line());
 }
 
+// An onnx.TensorProto file (.pb, as in ONNX test-data folders) rather than a .npy one.
+bool is_tensor_proto_file(const std::string& file) {
+  return std::filesystem::path(file).extension() == ".pb";
+}
+
+// numpy has no dtype for bfloat16, float8, float4 or the 4- and 2-bit integers: such outputs are
+// written as .pb (onnx.TensorProto; onnx.numpy_helper.to_array reads them, with ml_dtypes).
+bool npy_holds(DType t) { return t != DType::BFloat16 && !dtype_is_low_precision(t); }
+
 struct Feed {
   std::string name;
   std::string source;  // file path, or "random"
@@ -52,7 +62,7 @@ std::vector<Feed> load_feeds(const ParsedArgs& args, Graph& g) {
   for (auto& spec : args.all("--input")) {
     auto eq = spec.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-      throw UsageError("--input '" + spec + "': expected NAME=FILE.npy", args.spec->usage_line());
+      throw UsageError("--input '" + spec + "': expected NAME=FILE.npy or NAME=FILE.pb", args.spec->usage_line());
     std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
     if (!seen.insert(name).second) throw UsageError("--input given twice for input '" + name + "'", args.spec->usage_line());
     if (!g.is_input(name) || g.is_initializer(name))
@@ -62,7 +72,7 @@ std::vector<Feed> load_feeds(const ParsedArgs& args, Graph& g) {
       fail(ErrorKind::Io, "input '" + name + "': cannot read '" + file + "': no such file");
     Tensor t;
     try {
-      t = load_npy(file);
+      t = is_tensor_proto_file(file) ? load_tensor_pb(file) : load_npy(file);
     } catch (const Error& e) {
       fail(e.kind(), "input '" + name + "': " + e.what());
     }
@@ -82,7 +92,7 @@ std::vector<Feed> load_feeds(const ParsedArgs& args, Graph& g) {
   for (auto& name : g.inputs())
     if (!g.is_initializer(name) && !seen.count(name))
       fail(ErrorKind::Invalid, "missing input '" + name + "' (" + g.type(name).str() + "): give --input " + name +
-                                   "=FILE.npy, or no --input at all for random inputs");
+                                   "=FILE.npy (or .pb), or no --input at all for random inputs");
   std::map<std::string, Shape> bind;
   for (auto& f : feeds)
     if (!g.type(f.name).is_static()) bind[f.name] = f.tensor.shape();
@@ -172,9 +182,13 @@ int run_run(const ParsedArgs& args) {
     }
   if (!artifact.empty()) return_free_memory_to_os();
 
-  // Output files: one .npy per graph output, names made safe (and distinct) for the filesystem.
-  // The directory is made before running, so that a bad path fails before a long run.
+  // Output files: one .npy (or .pb) per graph output, names made safe (and distinct) for the
+  // filesystem; the extension is added when the output's dtype is known. The directory is made
+  // before running, so that a bad path fails before a long run.
   std::map<std::string, std::string> files;
+  const std::string output_format = args.get("--output-format", "npy");
+  if (output_format != "npy" && output_format != "pb")
+    throw UsageError("--output-format '" + output_format + "': expected npy or pb", args.spec->usage_line());
   if (args.has("--outputs")) {
     std::filesystem::path dir = args.get("--outputs");
     std::error_code ec;
@@ -183,8 +197,8 @@ int run_run(const ParsedArgs& args) {
       fail(ErrorKind::Io, "--outputs '" + dir.string() + "': cannot create directory" + (ec ? ": " + ec.message() : ""));
     std::set<std::string> used;
     for (auto& name : g.outputs()) {
-      std::string base = sanitize_file_name(name), file = base + ".npy";
-      for (int k = 1; used.count(file); ++k) file = base + "_" + std::to_string(k) + ".npy";
+      std::string base = sanitize_file_name(name), file = base;
+      for (int k = 1; used.count(file); ++k) file = base + "_" + std::to_string(k);
       used.insert(file);
       files[name] = (dir / file).string();
     }
@@ -239,7 +253,11 @@ int run_run(const ParsedArgs& args) {
     profile = exe->profile(feed_map, int(std::min<int64_t>(runs, 100)));
   }
   Timing timing = summarize(times), cpu_timing = summarize(cpu_times);
-  for (auto& [name, file] : files) save_npy(result.at(name), file);
+  for (auto& [name, file] : files) {
+    const Tensor& t = result.at(name);
+    if (output_format == "pb" || !npy_holds(t.dtype())) save_tensor_pb(t, name, file += ".pb");
+    else save_npy(t, file += ".npy");
+  }
 
   if (args.json()) {
     json j;
@@ -340,9 +358,10 @@ Command run_command() {
       {"--rules", "", "FILE", "a user rule file for the pipeline's rule passes", true},
       {"--no-profile", "", "", "settle undecided fusions and conv algorithms by the cost models alone (no timing)"},
       {"--shape", "", "NAME=DIMS", "bind a model input's dims, e.g. --shape input=1,3,224,224", true},
-      {"--input", "", "NAME=FILE.npy", "feed input NAME from a .npy file (give all inputs, or none)", true},
+      {"--input", "", "NAME=FILE", "feed input NAME from a .npy file or an onnx.TensorProto .pb file (give all inputs, or none)", true},
       {"--seed", "", "N", "seed of the random inputs used when no --input is given (default 0)"},
-      {"--outputs", "", "DIR", "write one .npy per graph output into DIR (created if missing)"},
+      {"--outputs", "", "DIR", "write one file per graph output into DIR (created if missing): .npy, or .pb for dtypes numpy lacks"},
+      {"--output-format", "", "F", "npy (default; bfloat16, float8, float4, int4/uint4, int2/uint2 outputs still go to .pb) or pb (onnx.TensorProto for every output)"},
       {"--runs", "", "N", "run N times and report the median and min latency (default 1)"},
       {"--threads", "", "T", "thread count of compiled targets (default: physical cores); the reference interpreter is single-threaded"},
       {"--json", "", "", "print one JSON object on stdout instead of text"},
@@ -352,7 +371,8 @@ Command run_command() {
       "dtypes and shapes must match the model, and they bind its dynamic dims) or, without --input,\n"
       "are random (floats uniform in [-1,1), integers in [0,10)) from --seed. Dynamic dims of random\n"
       "inputs must be bound with --shape. Output files are named after the outputs, with characters\n"
-      "other than letters, digits, '.', '_' and '-' replaced by '_'.\n"
+      "other than letters, digits, '.', '_' and '-' replaced by '_'. A .pb file is an onnx.TensorProto\n"
+      "(the form of ONNX test-data folders): it carries the dtypes numpy has none for.\n"
       "--target reference runs the interpreter (with a pipeline other than none, the fusion plan block\n"
       "by block); host, x86-avx2, x86-avx512 and arm-neon compile the fused blocks to C++ kernels\n"
       "(cached by content hash in $NNFUSE_CACHE_DIR or ~/.cache/nnfuse/kernels) and run them;\n"

@@ -40,6 +40,9 @@ void raise_error(const Error& e) {
 
 [[noreturn]] void invalid(const std::string& msg) { throw Error(ErrorKind::Invalid, msg); }
 
+// float8, float4, int4/uint4, int2/uint2 (ONNX codes 17-26).
+bool is_low_precision(DType t) { return int32_t(t) >= int32_t(DType::Float8E4M3FN) && int32_t(t) <= int32_t(DType::Int2); }
+
 DType dtype_of(const py::dtype& dt, const std::string& what) {
   // Read through Python attributes: pybind11 2.10 reads kind/itemsize from the numpy 1.x struct
   // layout of PyArray_Descr, which numpy 2 changed.
@@ -57,7 +60,14 @@ DType dtype_of(const py::dtype& dt, const std::string& what) {
   if (kind == 'u' && size == 4) return DType::UInt32;
   if (kind == 'u' && size == 8) return DType::UInt64;
   if (kind == 'b' && size == 1) return DType::Bool;
-  invalid(what + " has numpy dtype " + dt.attr("name").cast<std::string>() + ", which nnfuse does not support");
+  // ml_dtypes' types (bfloat16, float8_e4m3fn, int4, ...): their numpy names are nnfuse's names,
+  // and their in-memory layout (2 bytes for bfloat16, one byte for the others) is nnfuse's.
+  const std::string name = dt.attr("name").cast<std::string>();
+  if (kind == 'V') {
+    const DType t = dtype_from_name(name);
+    if (t == DType::BFloat16 || is_low_precision(t)) return t;
+  }
+  invalid(what + " has numpy dtype " + name + ", which nnfuse does not support");
 }
 
 py::dtype numpy_dtype(DType t) {
@@ -75,6 +85,16 @@ py::dtype numpy_dtype(DType t) {
     case DType::UInt64: return py::dtype("uint64");
     case DType::Bool: return py::dtype("bool");
     default: break;
+  }
+  if (t == DType::BFloat16 || is_low_precision(t)) {
+    // numpy has none of these; ml_dtypes (a dependency of onnx) defines them with nnfuse's layout.
+    py::module_ ml;
+    try {
+      ml = py::module_::import("ml_dtypes");
+    } catch (const py::error_already_set&) {
+      throw Error(ErrorKind::Unsupported, std::string("dtype ") + dtype_name(t) + " needs the ml_dtypes package (pip install ml_dtypes)");
+    }
+    return py::dtype::from_args(ml.attr(dtype_name(t)));
   }
   throw Error(ErrorKind::Unsupported, std::string("dtype ") + dtype_name(t) + " has no numpy equivalent");
 }

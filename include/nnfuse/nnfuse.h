@@ -66,6 +66,10 @@ class Error : public std::runtime_error {
 enum class DType : int32_t {
   Undefined = 0, Float32 = 1, UInt8 = 2, Int8 = 3, UInt16 = 4, Int16 = 5, Int32 = 6, Int64 = 7,
   String = 8, Bool = 9, Float16 = 10, Float64 = 11, UInt32 = 12, UInt64 = 13, BFloat16 = 16,
+  // Low-precision storage types, one byte per element as in ml_dtypes (int4/int2 sign-extended,
+  // float4 in the low nibble); only data movement, Cast and (De)QuantizeLinear take them.
+  Float8E4M3FN = 17, Float8E4M3FNUZ = 18, Float8E5M2 = 19, Float8E5M2FNUZ = 20, UInt4 = 21, Int4 = 22,
+  Float4E2M1 = 23, Float8E8M0 = 24, UInt2 = 25, Int2 = 26,
 };
 size_t dtype_size(DType t);       // bytes per element (0 for String/Undefined)
 const char* dtype_name(DType t);  // numpy spelling: "float32", "int64", "bool", ...

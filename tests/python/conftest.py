@@ -68,14 +68,33 @@ class Cli:
         workdir.mkdir(parents=True, exist_ok=True)
         args = ["run", model, "--target", target, "--pipeline", pipeline]
         for i, (name, arr) in enumerate(feeds.items()):
-            f = workdir / f"in_{i}.npy"
-            np.save(f, np.array(arr, order="C", copy=True))  # keeps 0-d arrays 0-d
+            if arr.dtype.kind == "V":  # ml_dtypes (bfloat16, float8, int4, ...): .npy cannot hold them
+                import onnx.numpy_helper
+
+                f = workdir / f"in_{i}.pb"
+                f.write_bytes(onnx.numpy_helper.from_array(arr, name).SerializeToString())
+            else:
+                f = workdir / f"in_{i}.npy"
+                np.save(f, np.array(arr, order="C", copy=True))  # keeps 0-d arrays 0-d
             args += ["--input", f"{name}={f}"]
         outdir = workdir / "outputs"
         outdir.mkdir(exist_ok=True)
         args += ["--outputs", outdir, *extra]
         report = self.ok(*args)
-        return {o["name"]: np.load(o["file"]) for o in report["outputs"]}
+        return {o["name"]: load_output(o["file"]) for o in report["outputs"]}
+
+
+def load_output(path: str) -> np.ndarray:
+    """An output file of `nnfuse run --outputs`: .npy, or an onnx.TensorProto .pb for the dtypes
+    numpy lacks (read as ml_dtypes arrays)."""
+    if str(path).endswith(".pb"):
+        import onnx
+        import onnx.numpy_helper
+
+        t = onnx.TensorProto()
+        t.ParseFromString(Path(path).read_bytes())
+        return onnx.numpy_helper.to_array(t)
+    return np.load(path)
 
 
 def _require_cli() -> Path:

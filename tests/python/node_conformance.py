@@ -82,8 +82,15 @@ DTYPE_TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (1e-2, 1e-2),
 }
 
-# Element types nnfuse has (graph/dtype.h), by TensorProto code.
-SUPPORTED_ELEM_TYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16}
+# Element types nnfuse has (graph/dtype.h), by TensorProto code: 17-26 are the float8, float4,
+# 4-bit and 2-bit types (graph/low_precision.h).
+SUPPORTED_ELEM_TYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16, *range(17, 27)}
+
+# ml_dtypes' numpy types (onnx.numpy_helper.to_array returns them; numpy has no such dtypes):
+# compared through float32 or int16, which hold every value of them exactly.
+ML_DTYPES_FLOAT = {"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                   "float8_e8m0fnu", "float4_e2m1fn"}
+ML_DTYPES_INT = {"int4", "uint4", "int2", "uint2"}
 
 SEQUENCE_OPTIONAL_OPS = {
     "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
@@ -275,11 +282,6 @@ def screen(model) -> str | None:
             return f"opset {imp.version} outside {MIN_OPSET}..{MAX_OPSET}"
         if imp.domain.startswith("ai.onnx.preview"):
             return f"domain {imp.domain}"
-    for vi in list(model.graph.input) + list(model.graph.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == 16:
-            # .npy has no bfloat16 (nnfuse's npy reader/writer refuses it), so such a test
-            # cannot be fed or read back through the CLI.
-            return f"bfloat16 at the graph boundary ('{vi.name}'): .npy has no bfloat16"
     for g in _iter_graphs(model.graph):
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             p = _type_problem(vi.type)
@@ -316,13 +318,15 @@ def _tolerance(ops: list[str], dtype: str, test: str = "") -> tuple[float, float
 
 
 def _dtype_name(a: np.ndarray) -> str:
-    return "bfloat16" if a.dtype.name == "bfloat16" else a.dtype.name
+    return a.dtype.name
 
 
 def _as_comparable(a: np.ndarray) -> np.ndarray:
-    """bfloat16 (ml_dtypes, or raw 2-byte void from .npy) as float32 for comparison."""
-    if a.dtype.name == "bfloat16":
+    """ml_dtypes arrays (bfloat16, float8, float4, int4, ...) as float32 or int16 for comparison."""
+    if a.dtype.name in ML_DTYPES_FLOAT:
         return a.astype(np.float32)
+    if a.dtype.name in ML_DTYPES_INT:
+        return a.astype(np.int16)
     return a
 
 
@@ -330,9 +334,6 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, ops: list[str], test: 
     """First mismatch as text, or None when equal within bounds."""
     wdt = _dtype_name(want)
     gdt = _dtype_name(got)
-    if got.dtype.kind == "V" and got.dtype.itemsize == 2 and wdt == "bfloat16":
-        got = (got.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-        gdt = "bfloat16"
     if gdt != wdt:
         return f"output '{name}': dtype {gdt}, expected {wdt}"
     if tuple(got.shape) != tuple(want.shape):
@@ -367,24 +368,20 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, ops: list[str], test: 
     return None
 
 
+def _pb_name(path: str) -> str:
+    from onnx import TensorProto
+
+    t = TensorProto()
+    t.ParseFromString(Path(path).read_bytes())
+    return t.name
+
+
 def _load_pb(path: str):
     from onnx import TensorProto, numpy_helper
 
     t = TensorProto()
     t.ParseFromString(Path(path).read_bytes())
     return t.name, numpy_helper.to_array(t)
-
-
-def _save_input(path: Path, arr: np.ndarray) -> None:
-    if arr.dtype.name == "bfloat16":
-        # numpy has no bfloat16; nnfuse reads the 2-byte pattern under the 'bfloat16' descr.
-        raw = arr.view(np.uint16)
-        header = {"descr": "bfloat16", "fortran_order": False, "shape": tuple(arr.shape)}
-        with open(path, "wb") as f:
-            np.lib.format.write_array_header_1_0(f, header)
-            f.write(np.array(raw, order="C").tobytes())
-        return
-    np.save(path, np.array(arr, order="C", copy=True))  # ascontiguousarray would make 0-d arrays 1-d
 
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
@@ -513,17 +510,17 @@ def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = F
             args = [cli, "run", model_path, *cli_target_args(target)]
             in_files = sorted(Path(ds).glob("input_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
             feed_names = [n for n in graph_inputs if n not in init_names] or graph_inputs
+            # The test data's own onnx.TensorProto files go in and come out as they are (.pb
+            # carries bfloat16, float8 and the 4/2-bit types, which .npy cannot).
             for j, pb in enumerate(in_files):
-                pname, arr = _load_pb(str(pb))
+                pname = _pb_name(str(pb))
                 name = graph_inputs[j] if j < len(graph_inputs) else pname
                 if name not in feed_names and pname in feed_names:
                     name = pname
-                f = tmpd / f"ds{ds_i}_in{j}.npy"
-                _save_input(f, arr)
-                args += ["--input", f"{name}={f}"]
+                args += ["--input", f"{name}={pb}"]
             outdir = tmpd / f"ds{ds_i}_out"
             outdir.mkdir()
-            args += ["--outputs", str(outdir), "--json"]
+            args += ["--outputs", str(outdir), "--output-format", "pb", "--json"]
             try:
                 p = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -558,7 +555,7 @@ def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = F
                     res.reason = f"output '{name}' missing from the JSON outputs {sorted(map(str, outs))}"
                     return res
                 try:
-                    got = np.load(outs[name]["file"], allow_pickle=False)
+                    _, got = _load_pb(outs[name]["file"])
                 except Exception as e:
                     res.reason = f"output '{name}': cannot read {outs[name].get('file')}: {e}"
                     return res

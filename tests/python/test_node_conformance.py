@@ -1,8 +1,9 @@
 """The ONNX backend node-test sweep (tests/python/node_conformance.py) as one pytest test.
 
-The sweep runs once per session (about 850 tests are attempted; each is one CLI call). The test
-asserts that at least 95% of the attempted tests (passed + failed) pass and lists the failures in
-its message; tests nnfuse reports as Unsupported are counted separately and do not fail the run.
+The sweep runs once per session (about 1700 tests are attempted; each is one CLI call). The test
+asserts that no attempted test fails (the failures are listed in its message) and, over the whole
+suite (no filter), that at least 90% of all the installed onnx's node tests pass, the unsupported
+ones counted against it (issue 19; docs/conformance.md lists them with their reasons).
 Environment: NNFUSE_CONFORMANCE_FILTER (regex on test names), NNFUSE_CONFORMANCE_JOBS (default 2),
 NNFUSE_CONFORMANCE_RESTAMP=1 (also run opset-22+ tests restamped to opset 21).
 """
@@ -14,7 +15,8 @@ import pytest
 
 import node_conformance as nc
 
-PASS_RATE = 0.95
+# Of every node test of the installed onnx, unsupported ones included.
+PASS_RATE = 0.90
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +33,11 @@ def test_node_conformance_pass_rate(sweep):
     attempted = s["passed"] + s["failed"]
     assert attempted > 0, f"no node test was attempted ({line})"
     failures = [f"  {r.name} [{r.op}]: {r.reason}" for r in sweep if r.status == "failed"]
-    rate = s["passed"] / attempted
-    assert rate >= PASS_RATE, (
-        f"{line}: pass rate {rate:.1%} < {PASS_RATE:.0%} of attempted tests; failing tests:\n" + "\n".join(failures))
+    assert not failures, f"{line}: failing tests:\n" + "\n".join(failures)
+    if os.environ.get("NNFUSE_CONFORMANCE_FILTER"):
+        return
+    rate = s["passed"] / len(sweep)
+    assert rate >= PASS_RATE, f"{line}: {rate:.1%} of all {len(sweep)} node tests pass, < {PASS_RATE:.0%}"
 
 
 def test_node_conformance_screening_is_static(sweep):

@@ -467,3 +467,23 @@ def test_python_dash_m_runs_the_cli(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["network_class"] == "residual_cnn"
+
+
+def test_low_precision_inputs_and_outputs_are_ml_dtypes_arrays():
+    # float8 in, int4 and bfloat16 out: numpy has none of these types; ml_dtypes (an onnx
+    # dependency) has, with nnfuse's one-byte (two for bfloat16) layout.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from onnx import TensorProto as TP, helper
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [helper.make_node("Cast", ["x"], ["f"], to=TP.FLOAT), helper.make_node("Cast", ["f"], ["i4"], to=TP.INT4),
+             helper.make_node("Cast", ["f"], ["bf"], to=TP.BFLOAT16)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT8E4M3FN, [6])],
+                          [helper.make_tensor_value_info(n, t, [6]) for n, t in (("i4", TP.INT4), ("bf", TP.BFLOAT16))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    x = np.array([-9.5, 3.25, 8, 0.1, -0.0, 448], np.float32).astype(ml_dtypes.float8_e4m3fn)
+    got = nnfuse.InferenceSession(model.SerializeToString(), target="reference").run(None, {"x": x})
+    want = ReferenceEvaluator(model).run(None, {"x": x})
+    for g_, w in zip(got, want):
+        assert g_.dtype == w.dtype, (g_.dtype, w.dtype)
+        np.testing.assert_array_equal(g_.astype(np.float32), w.astype(np.float32))

@@ -1,0 +1,130 @@
+"""The low-precision element types (float8, float4, int4/uint4, int2/uint2; graph/low_precision.h)
+through the CLI, against ONNX Runtime: weight-only int4 quantization as LLM exports write it
+(blocked DequantizeLinear into MatMul), float8 QDQ pairs, and Cast; inputs and outputs of these
+types go through onnx.TensorProto .pb files (`nnfuse run --input NAME=FILE.pb`, outputs written
+as .pb), which carry what .npy cannot. ONNX Runtime's Python API has no numpy types for float8
+and the 4-bit types at a session's inputs and outputs, so values of those types at the graph
+boundary are checked against onnx's own reference implementation (onnx.reference), and every
+float output against ONNX Runtime."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnx.helper as h
+import onnx.numpy_helper as nh
+import pytest
+from onnx import TensorProto as TP
+
+from conftest import load_output
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _ort(m, feeds):
+    # Unoptimized: ORT would fuse an int4 DequantizeLinear into MatMulNBits, which may quantize
+    # the activations too (an approximation, not the graph's own arithmetic).
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in m.graph.output], s.run(None, feeds)))
+
+
+def _onnx_reference(m, feeds):
+    from onnx.reference import ReferenceEvaluator
+
+    return dict(zip([o.name for o in m.graph.output], ReferenceEvaluator(m).run(None, feeds)))
+
+
+def _save(m, path):
+    onnx.checker.check_model(m, full_check=True)
+    onnx.save(m, path)
+    return path
+
+
+@pytest.mark.parametrize("target", ["reference", "host"])
+@pytest.mark.parametrize("raw", [True, False], ids=["raw_data", "int32_data"])
+def test_int4_blocked_weights_dequantized_into_matmul_match_ort(cli, tmp_path, target, raw):
+    # A weight-only quantized projection: int4 weights [K, N] in blocks of 16 along K, one
+    # float scale and an int4 zero point per block and column.
+    rng = np.random.default_rng(0)
+    K, N, block = 64, 24, 16
+    q = rng.integers(-8, 8, size=(K, N)).astype(ml_dtypes.int4)
+    scale = (rng.random((K // block, N)) * 0.05 + 0.01).astype(np.float32)
+    zp = rng.integers(-2, 3, size=(K // block, N)).astype(ml_dtypes.int4)
+    w = h.make_tensor("w", TP.INT4, [K, N], q.astype(np.int8).ravel().tolist(), raw=False) if not raw else nh.from_array(q, "w")
+    z = h.make_tensor("z", TP.INT4, list(zp.shape), zp.astype(np.int8).ravel().tolist(), raw=False) if not raw else nh.from_array(zp, "z")
+    nodes = [h.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], axis=0, block_size=block),
+             h.make_node("MatMul", ["x", "wf"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [3, K])], [h.make_tensor_value_info("y", TP.FLOAT, [3, N])],
+                     [w, nh.from_array(scale, "s"), z])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 21)])
+    path = _save(m, tmp_path / "int4.onnx")
+    feeds = {"x": rng.standard_normal((3, K)).astype(np.float32)}
+    want = _ort(m, feeds)["y"]
+    pipeline = "auto" if target == "host" else "none"
+    got = cli.run_model(path, feeds, tmp_path / "run", target=target, pipeline=pipeline)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fp8", [TP.FLOAT8E4M3FN, TP.FLOAT8E5M2])
+@pytest.mark.parametrize("target", ["reference", "host"])
+def test_float8_quantize_dequantize_pair_matches_ort(cli, tmp_path, fp8, target):
+    # x -> QuantizeLinear(float8, per-channel scale) -> DequantizeLinear -> Relu; the float8 value
+    # is also an output, read back from its .pb file.
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((2, 5, 7)) * 300).astype(np.float32)  # some past E4M3FN's 448: saturated
+    scale = np.array([0.5, 1.0, 2.0, 0.25, 4.0], np.float32)
+    zero = h.make_tensor("zp", fp8, [5], [0.0] * 5)
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], axis=1),
+             h.make_node("DequantizeLinear", ["q", "s", "zp"], ["d"], axis=1),
+             h.make_node("Relu", ["d"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [2, 5, 7])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [2, 5, 7]), h.make_tensor_value_info("q", fp8, [2, 5, 7])],
+                     [nh.from_array(scale, "s"), zero])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 21)])
+    path = _save(m, tmp_path / "fp8.onnx")
+    want = _onnx_reference(m, {"x": x})
+    got = cli.run_model(path, {"x": x}, tmp_path / "run", target=target, pipeline="auto" if target == "host" else "none")
+    assert got["q"].dtype == want["q"].dtype, (got["q"].dtype, want["q"].dtype)
+    np.testing.assert_array_equal(got["q"].view(np.uint8), want["q"].view(np.uint8))
+    m_float = onnx.ModelProto()
+    m_float.CopyFrom(m)
+    del m_float.graph.output[1]  # ORT's Python API cannot return a float8 output
+    np.testing.assert_allclose(got["y"], _ort(m_float, {"x": x})["y"], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("to", [TP.INT4, TP.UINT4, TP.FLOAT8E4M3FNUZ, TP.FLOAT8E5M2FNUZ, TP.BFLOAT16])
+def test_cast_outputs_and_low_precision_inputs_round_trip_through_pb_files(cli, tmp_path, to):
+    # Cast float32 -> `to` (an output of that type, written as .pb), and that value cast back to
+    # float32 from a second graph input fed from a .pb file; both against onnx.reference.
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((4, 6)) * 5).astype(np.float32)
+    nodes = [h.make_node("Cast", ["x"], ["c"], to=to), h.make_node("Cast", ["lp"], ["back"], to=TP.FLOAT)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [4, 6]), h.make_tensor_value_info("lp", to, [4, 6])],
+                     [h.make_tensor_value_info("c", to, [4, 6]), h.make_tensor_value_info("back", TP.FLOAT, [4, 6])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 21)])
+    path = _save(m, tmp_path / "cast.onnx")
+    lp = _onnx_reference(m, {"x": x, "lp": np.zeros((4, 6), onnx.helper.tensor_dtype_to_np_dtype(to))})["c"]
+    want = _onnx_reference(m, {"x": x, "lp": lp})
+    got = cli.run_model(path, {"x": x, "lp": lp}, tmp_path / "run")
+    assert got["c"].dtype == want["c"].dtype
+    np.testing.assert_array_equal(got["c"].astype(np.float32), want["c"].astype(np.float32))
+    np.testing.assert_array_equal(got["back"], want["back"])
+
+
+def test_npy_output_format_writes_pb_only_where_numpy_has_no_dtype(cli, tmp_path):
+    nodes = [h.make_node("Cast", ["x"], ["i4"], to=TP.INT4), h.make_node("Relu", ["x"], ["r"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [3])],
+                     [h.make_tensor_value_info("i4", TP.INT4, [3]), h.make_tensor_value_info("r", TP.FLOAT, [3])])
+    path = _save(h.make_model(g, opset_imports=[h.make_opsetid("", 21)]), tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.array([-9.5, 3.2, 8.0], np.float32))
+    rep = cli.ok("run", path, "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "o")
+    files = {o["name"]: o["file"] for o in rep["outputs"]}
+    assert files["r"].endswith("r.npy") and files["i4"].endswith("i4.pb"), files
+    np.testing.assert_array_equal(load_output(files["i4"]).astype(np.int8), [7, 3, -8])  # truncated, then wrapped
+    rep = cli.ok("run", path, "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "p", "--output-format", "pb")
+    assert all(o["file"].endswith(".pb") for o in rep["outputs"]), rep["outputs"]
+    np.testing.assert_array_equal(load_output({o["name"]: o["file"] for o in rep["outputs"]}["r"]), np.array([0, 3.2, 8.0], np.float32))
+    rc, _, err = cli("run", path, "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "q", "--output-format", "csv")
+    assert rc != 0 and "--output-format 'csv'" in err, err
