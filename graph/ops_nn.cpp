@@ -151,6 +151,7 @@ void sgemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t a_rs, int64_
 
 void register_nn_ops(OpRegistry& r) {
   nn::register_nn_matmul_ops(r);
+  nn::register_nn_quantize_ops(r);
   nn::register_nn_conv_ops(r);
   nn::register_nn_norm_ops(r);
   nn::register_nn_reduce_ops(r);

@@ -136,6 +136,7 @@ inline AxisSplit split_at(const Shape& s, int64_t axis) {
 
 // Registration entry points of the split files.
 void register_nn_matmul_ops(OpRegistry& r);
+void register_nn_quantize_ops(OpRegistry& r);
 void register_nn_conv_ops(OpRegistry& r);
 void register_nn_norm_ops(OpRegistry& r);
 void register_nn_reduce_ops(OpRegistry& r);

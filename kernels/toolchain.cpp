@@ -257,7 +257,11 @@ std::string default_cache_dir() {
 
 std::string kernel_include_dir() {
   if (const char* e = std::getenv("NNFUSE_KERNEL_INCLUDE"); e && *e) return e;
-  fs::path here = fs::path(__FILE__).parent_path();  // the kernels/ folder of the source tree
+#ifdef NNFUSE_SOURCE_DIR
+  const fs::path here = fs::path(NNFUSE_SOURCE_DIR) / "kernels";  // the source tree's (kernels/CMakeLists.txt)
+#else
+  const fs::path here = fs::path(__FILE__).parent_path();
+#endif
   if (fs::exists(here / "gen_support.h")) return here.string();
   fail(ErrorKind::Runtime, "cannot find the kernel support headers (gen_support.h): set NNFUSE_KERNEL_INCLUDE to the kernels/ folder");
 }

@@ -1292,6 +1292,8 @@ struct Lowerer {
       mod.graph_inputs.push_back({in, buffer_for(in)});
     }
     fold_constants();
+    std::map<NodeId, size_t> topo_pos;
+    for (NodeId id : g.topo_order()) topo_pos.emplace(id, topo_pos.size());
     for (auto& b : plan.blocks) {
       ++mod.blocks;
       if (fold_constant_block(b)) continue;
@@ -1310,8 +1312,21 @@ struct Lowerer {
         st.name = "b" + std::to_string(b.id) + "_f";
         for (NodeId id : b.members)
           if (!folded_nodes.count(id)) st.nodes.push_back(id);
+        // In graph order: the reference kernels run one node after another, and a block lists
+        // its anchor first (a LayerNorm's ReduceMean came before the Adds it reads).
+        std::sort(st.nodes.begin(), st.nodes.end(), [&](NodeId a, NodeId b2) { return topo_pos.at(a) < topo_pos.at(b2); });
         st.fallback_reason = e.reason;
         for (auto& v : b.inputs) st.inputs.push_back(buffer_for(v));
+        // Values of members folded at compile time (fold_constants) that the remaining members
+        // read: weights of this stage, not block inputs.
+        std::set<std::string> made;
+        for (NodeId id : st.nodes)
+          for (auto& o : g.node(id).outputs) made.insert(o);
+        for (NodeId id : st.nodes)
+          for (auto& v : g.node(id).inputs)
+            if (!v.empty() && !made.count(v) && folded.count(v) &&
+                std::find(b.inputs.begin(), b.inputs.end(), v) == b.inputs.end())
+              st.inputs.push_back(buffer_for(v));
         for (auto& v : b.outputs) st.outputs.push_back(buffer_for(v));
         for (NodeId id : b.members) st.flops += node_flops(g, id);
         stages = {st};

@@ -37,7 +37,11 @@ std::string find_shipped_rules_dir() {
     candidates.push_back(d / ".." / ".." / "rules");
   }
   // This file's own location: the source tree of a development build.
+#ifdef NNFUSE_SOURCE_DIR
+  candidates.push_back(fs::path(NNFUSE_SOURCE_DIR) / "rules");  // rewrite/CMakeLists.txt
+#else
   candidates.push_back(fs::path(__FILE__).parent_path().parent_path() / "rules");
+#endif
   for (auto& c : candidates)
     if (fs::exists(c / "algebraic.rules", ec)) return fs::weakly_canonical(c, ec).string();
   fail(ErrorKind::Io, "cannot find the shipped rule files (algebraic.rules); set NNFUSE_RULES_DIR");

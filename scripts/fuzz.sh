@@ -10,8 +10,10 @@
 # in eight). Corpora grow in build-fuzz/corpus/<target>; crashes land in build-fuzz/findings/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# ccache may reuse objects compiled in another checkout (CI builds a fresh clone).
-export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
+# ccache (used when installed, CMakeLists.txt) keys objects on paths relative to the repository
+# (base_dir) and ignores the working folder, so a fresh clone in another folder (CI) reuses the
+# objects any clone compiled from the same sources.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 SECONDS_PER_TARGET=60
 JOBS=1
 FULL_SEEDS=0

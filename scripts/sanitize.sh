@@ -12,8 +12,10 @@
 #   bash scripts/sanitize.sh [asan] [tsan] [fuzz] [--seconds N]     (default: all three, 30 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# ccache may reuse objects compiled in another checkout (CI builds a fresh clone).
-export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
+# ccache (used when installed, CMakeLists.txt) keys objects on paths relative to the repository
+# (base_dir) and ignores the working folder, so a fresh clone in another folder (CI) reuses the
+# objects any clone compiled from the same sources.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 JOBS_WANTED=()
 FUZZ_SECONDS=30
 while [[ $# -gt 0 ]]; do

@@ -5,6 +5,10 @@
 # BUILD_DIR (default: build) and BUILD_TYPE (default: Release) may be set in the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache (used when installed, CMakeLists.txt) keys objects on paths relative to the repository
+# (base_dir) and ignores the working folder, so a fresh clone in another folder (CI) reuses the
+# objects any clone compiled from the same sources.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 
 DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config

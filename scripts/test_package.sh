@@ -13,6 +13,10 @@
 # what changed; default build-pip). ccache (on when installed) makes a fresh build dir cheap too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache (used when installed, CMakeLists.txt) keys objects on paths relative to the repository
+# (base_dir) and ignores the working folder, so a fresh clone in another folder (CI) reuses the
+# objects any clone compiled from the same sources.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 REPO=$(pwd)
 PYTHON=${PYTHON:-python3}
 BUILD_DIR=${BUILD_DIR:-build}

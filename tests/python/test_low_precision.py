@@ -128,3 +128,50 @@ def test_npy_output_format_writes_pb_only_where_numpy_has_no_dtype(cli, tmp_path
     np.testing.assert_array_equal(load_output({o["name"]: o["file"] for o in rep["outputs"]}["r"]), np.array([0, 3.2, 8.0], np.float32))
     rc, _, err = cli("run", path, "--input", f"x={tmp_path / 'x.npy'}", "--outputs", tmp_path / "q", "--output-format", "csv")
     assert rc != 0 and "--output-format 'csv'" in err, err
+
+
+@pytest.mark.parametrize("target", ["reference", "host"])
+def test_quantize_dynamic_model_matches_ort(cli, tmp_path, target):
+    # ONNX Runtime's own quantize_dynamic on a two-layer MLP: DynamicQuantizeLinear before each
+    # MatMulInteger, per-tensor uint8 activations and int8 weights. Both runtimes compute the
+    # same integer products; the float rescale leaves float32 rounding only.
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(3)
+    w1 = nh.from_array((rng.standard_normal((32, 48)) * 0.2).astype(np.float32), "w1")
+    w2 = nh.from_array((rng.standard_normal((48, 16)) * 0.2).astype(np.float32), "w2")
+    nodes = [h.make_node("MatMul", ["x", "w1"], ["h"]), h.make_node("Relu", ["h"], ["r"]), h.make_node("MatMul", ["r", "w2"], ["y"])]
+    g = h.make_graph(nodes, "mlp", [h.make_tensor_value_info("x", TP.FLOAT, [4, 32])], [h.make_tensor_value_info("y", TP.FLOAT, [4, 16])], [w1, w2])
+    src = tmp_path / "mlp.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), src)
+    qpath = tmp_path / "mlp_q.onnx"
+    quantize_dynamic(str(src), str(qpath), weight_type=QuantType.QInt8)
+    m = onnx.load(qpath)
+    assert "DynamicQuantizeLinear" in {n.op_type for n in m.graph.node}
+    feeds = {"x": rng.standard_normal((4, 32)).astype(np.float32)}
+    want = _ort(m, feeds)["y"]
+    got = cli.run_model(qpath, feeds, tmp_path / "run", target=target, pipeline="auto" if target == "host" else "none")["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_quantize_dynamic_bert_runs_on_host_and_matches_ort(cli, tmp_path):
+    # The zoo's tiny BERT through quantize_dynamic: its embedding tables become int8 Gathers with
+    # DequantizeLinear, folded at compile time inside the block whose LayerNorm anchor reads them.
+    # That block runs on reference kernels (fallback stage), which must get the folded values and
+    # run its members in graph order (it failed with "value ... has no buffer").
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src, qpath = tmp_path / "bert.onnx", tmp_path / "bert_q.onnx"
+    cli.ok("zoo", "export", "bert_tiny", "-o", src)
+    quantize_dynamic(str(src), str(qpath), weight_type=QuantType.QInt8)
+    m = onnx.load(qpath)
+    rng = np.random.default_rng(4)
+    feeds = {}
+    for i in m.graph.input:
+        shape = [d.dim_value or 16 for d in i.type.tensor_type.shape.dim]
+        feeds[i.name] = rng.integers(0, 50, shape).astype(np.int64) if i.type.tensor_type.elem_type == TP.INT64 else rng.standard_normal(shape).astype(np.float32)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in m.graph.output], sess.run(None, feeds)))
+    got = cli.run_model(qpath, feeds, tmp_path / "run", target="host", pipeline="auto")
+    for name, w in want.items():
+        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4, err_msg=name)
