@@ -131,13 +131,30 @@ class ResidualWalker {
 
 }  // namespace
 
-GraphFeatures extract_features(const Graph& g) {
-  GraphFeatures f;
-  double total_flops = 0, conv_flops = 0, mm_flops = 0, rec_flops = 0;
+namespace {
+
+struct FlopSums {
+  double total = 0, conv = 0, mm = 0, rec = 0;
+};
+
+// Counts g's operators into f, and those of the bodies of its If/Loop/Scan nodes, recursively:
+// the work inside control flow is the model's work too (Silero VAD's older exports hold the
+// whole network in an If; both branches count, as either may run).
+void add_features(const Graph& g, GraphFeatures& f, FlopSums& fs) {
+  double& total_flops = fs.total;
+  double& conv_flops = fs.conv;
+  double& mm_flops = fs.mm;
+  double& rec_flops = fs.rec;
   std::optional<ResidualWalker> residual;  // built at the first candidate join
   for (NodeId id : g.node_ids()) {
     const Node& n = g.node(id);
     if (n.op_type == "Constant") continue;
+    for (auto& [k, a] : n.attrs.all()) {
+      if (a.kind == Attribute::Kind::Graph && a.g) add_features(*a.g, f, fs);
+      if (a.kind == Attribute::Kind::Graphs)
+        for (auto& b : a.graphs)
+          if (b) add_features(*b, f, fs);
+    }
     ++f.ops;
     ++f.histogram[n.op_type];
     double fl = 0;
@@ -227,11 +244,19 @@ GraphFeatures extract_features(const Graph& g) {
       }
     }
   }
-  f.flops = total_flops;
-  if (total_flops > 0) {
-    f.conv_flop_share = conv_flops / total_flops;
-    f.matmul_flop_share = mm_flops / total_flops;
-    f.recurrent_flop_share = rec_flops / total_flops;
+}
+
+}  // namespace
+
+GraphFeatures extract_features(const Graph& g) {
+  GraphFeatures f;
+  FlopSums fs;
+  add_features(g, f, fs);
+  f.flops = fs.total;
+  if (fs.total > 0) {
+    f.conv_flop_share = fs.conv / fs.total;
+    f.matmul_flop_share = fs.mm / fs.total;
+    f.recurrent_flop_share = fs.rec / fs.total;
   }
   return f;
 }

@@ -323,6 +323,63 @@ double thread_cpu_ms() {
 }
 
 // ---------------------------------------------------------------- manager
+namespace {
+
+// Runs `pass` inside every If/Loop/Scan body of ctx's graph, and inside the bodies nested in
+// those. Each body runs as a graph of its own: what it reads from the enclosing graphs are values
+// without a producer there, never constants (weights an exporter left outside a branch are not
+// folded into it; copying them in would shadow the outer names). Its types are the ones the
+// enclosing graph's shape inference gave it: a pass that needs shapes runs in bodies only when
+// they are current. A changed body replaces the attribute's graph (copies of the model that
+// share the old body keep it).
+void run_in_bodies(Pass& pass, const PipelineStep& step, PassContext& ctx, bool shapes_valid) {
+  const PassInfo& info = pass.info();
+  const bool needs_shapes = std::find(info.requires_.begin(), info.requires_.end(), "shapes") != info.requires_.end();
+  if (needs_shapes && !shapes_valid) return;
+  Graph& g = ctx.graph();
+  for (NodeId id : g.node_ids()) {
+    std::vector<std::pair<std::string, int>> slots;  // attribute, index in a Graphs list (-1: Graph)
+    for (auto& [k, a] : g.node(id).attrs.all()) {
+      if (a.kind == Attribute::Kind::Graph && a.g) slots.push_back({k, -1});
+      if (a.kind == Attribute::Kind::Graphs)
+        for (size_t i = 0; i < a.graphs.size(); ++i)
+          if (a.graphs[i]) slots.push_back({k, int(i)});
+    }
+    for (auto& [k, i] : slots) {
+      const Attribute* a = g.node(id).attrs.find(k);
+      const Graph& body = i < 0 ? *a->g : *a->graphs[size_t(i)];
+      Model sub;
+      sub.graph = body;
+      sub.ir_version = ctx.model->ir_version;
+      const uint64_t h0 = structural_hash(sub.graph);
+      PassContext sctx;
+      sctx.model = &sub;
+      sctx.target = ctx.target;
+      sctx.verify = ctx.verify;
+      sctx.user_rule_files = ctx.user_rule_files;
+      if (shapes_valid) sctx.valid.insert("shapes");
+      try {
+        pass.run(sctx, step.args);
+        run_in_bodies(pass, step, sctx, shapes_valid);
+      } catch (const Error& e) {
+        ErrorContext c = e.context();
+        throw Error(e.kind(), "in the " + k + " of node '" + g.node(id).label() + "': " + e.detail(), c);
+      }
+      for (auto& [rule, count] : sctx.rules_fired) ctx.rules_fired[rule] += count;
+      ctx.warnings.insert(ctx.warnings.end(), sctx.warnings.begin(), sctx.warnings.end());
+      if (structural_hash(sub.graph) == h0) continue;
+      if (ctx.verify) sub.graph.validate();
+      Attribute na = *a;
+      auto fresh = std::make_shared<Graph>(std::move(sub.graph));
+      if (i < 0) na.g = fresh;
+      else na.graphs[size_t(i)] = fresh;
+      g.attrs(id).set(k, std::move(na));
+    }
+  }
+}
+
+}  // namespace
+
 void PassManager::run_step(const PipelineStep& step, PassContext& ctx, std::vector<PassRecord>& records) const {
   const PassRegistry& reg = PassRegistry::global();
   std::unique_ptr<Pass> pass = reg.create(step.pass);
@@ -344,8 +401,10 @@ void PassManager::run_step(const PipelineStep& step, PassContext& ctx, std::vect
   uint64_t h0 = info.analysis ? 0 : (ctx.last_hash ? *ctx.last_hash : structural_hash(ctx.graph()));
   auto t0 = std::chrono::steady_clock::now();
   const double cpu0 = thread_cpu_ms();
+  const bool shapes_valid = ctx.valid.count("shapes") != 0;
   try {
     pass->run(ctx, step.args);
+    if (info.bodies && !info.analysis) run_in_bodies(*pass, step, ctx, shapes_valid);
   } catch (const Error& e) {
     ErrorContext c = e.context();
     throw Error(e.kind(), "in pass '" + info.name + "': " + e.detail(), c);

@@ -61,6 +61,9 @@ struct PassInfo {
   // Checks a step's arguments before the pipeline runs (unknown keys, unknown rule names), so a
   // bad pipeline file fails naming its line before any pass has touched the graph. Optional.
   std::function<void(const PassArgs&)> check_args;
+  // Also runs inside If/Loop/Scan bodies (recursively), each body as a graph of its own: for
+  // rewrites that look at one graph at a time (rules, folding, CSE, DCE). See PassManager.
+  bool bodies = false;
 };
 
 class Pass {

@@ -173,6 +173,7 @@ void run(PassContext& ctx, const PassArgs& args) {
 void register_cse_pass() {
   PassInfo info{"cse", "merge nodes with equal op, attributes and inputs, and initializers with equal contents", {}, {"shapes"}, false};
   info.check_args = check_args;
+  info.bodies = true;
   register_pass(info, run);
 }
 

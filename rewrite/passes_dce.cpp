@@ -47,7 +47,9 @@ void run(PassContext& ctx, const PassArgs&) {
 }  // namespace
 
 void register_dce_pass() {
-  register_pass({"dce", "remove nodes, initializers and values that reach no graph output", {}, {"shapes"}, false}, run);
+  PassInfo info{"dce", "remove nodes, initializers and values that reach no graph output", {}, {"shapes"}, false};
+  info.bodies = true;  // a body's outputs are its graph outputs
+  register_pass(info, run);
 }
 
 }  // namespace nnfuse::passes

@@ -260,13 +260,14 @@ void run(PassContext& ctx, const PassArgs&) {
 }  // namespace
 
 void register_fold_batchnorm_pass() {
-  register_pass({"fold-batchnorm",
-                 "fold inference BatchNormalization into the weights of a preceding Conv, ConvTranspose, Gemm or "
-                 "MatMul with constant weights",
-                 {"shapes"},
-                 {"shapes"},
-                 false},
-                run);
+  PassInfo info{"fold-batchnorm",
+                "fold inference BatchNormalization into the weights of a preceding Conv, ConvTranspose, Gemm or "
+                "MatMul with constant weights",
+                {"shapes"},
+                {"shapes"},
+                false};
+  info.bodies = true;
+  register_pass(info, run);
 }
 
 }  // namespace nnfuse::passes

@@ -54,7 +54,9 @@ void run(PassContext& ctx, const PassArgs&) {
 }  // namespace
 
 void register_fold_transpose_into_gemm_pass() {
-  register_pass({"fold-transpose-into-gemm", "fold a 2-D Transpose on a Gemm operand into transA/transB", {"shapes"}, {"shapes"}, false},
+  PassInfo info{"fold-transpose-into-gemm", "fold a 2-D Transpose on a Gemm operand into transA/transB", {"shapes"}, {"shapes"}, false};
+  info.bodies = true;
+  register_pass(info,
                 run);
 }
 

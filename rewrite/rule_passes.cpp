@@ -205,6 +205,7 @@ void register_rule_passes() {
                     {"shapes"}, {"shapes"}, false};
       // User rules only replace shipped rules of the same name, so the names are known up front.
       info.check_args = [group](const PassArgs& args) { selected_rule_names(shipped_rule_names(group), args, "rules-" + group); };
+      info.bodies = true;
       register_pass(info, [group](PassContext& ctx, const PassArgs& args) {
         if (ctx.user_rule_files.empty()) {
           // `only=`/`skip=`: parse and match just the selected rules (no copy of the group without).
@@ -227,6 +228,7 @@ void register_rule_passes() {
       });
     }
     PassInfo user{"rules-user", "apply the user's rule files (--rules FILE) to a fixed point", {"shapes"}, {"shapes"}, false};
+    user.bodies = true;
     // Names in only=/skip= are checked when the pass runs, against the user's rules.
     user.check_args = [](PassArgs args) {
       args.values.erase("only"), args.values.erase("skip");

@@ -197,3 +197,36 @@ def test_framework_exports_auto_no_more_kernels_than_full_and_correct(cli, workd
     got = run_ort(rewritten, ec.feeds)
     for k in want:
         assert_close(got[k], want[k], rtol=RTOL, atol=ATOL, what=f"{name} auto: output {k}")
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_if_on_a_constant_condition_is_inlined(cli, tmp_path, flag):
+    # cond = Equal(16000, 16000 or 8000), two constants: constant folding evaluates it, then the
+    # If becomes the branch it takes (its Constant node folded too); outputs as ONNX Runtime's.
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto as TP, helper as h, numpy_helper as nh
+
+    def branch(op, name):
+        c = h.make_node("Constant", [], [f"{name}_c"], value=nh.from_array(np.array(2.0, np.float32)))
+        return h.make_graph([c, h.make_node(op, ["x"], [f"{name}_r"]), h.make_node("Mul", [f"{name}_r", f"{name}_c"], [f"{name}_y"])],
+                            name, [], [h.make_tensor_value_info(f"{name}_y", TP.FLOAT, None)])
+
+    nodes = [h.make_node("Equal", ["sr", "want"], ["cond"]),
+             h.make_node("If", ["cond"], ["y"], then_branch=branch("Relu", "then"), else_branch=branch("Neg", "else")),
+             h.make_node("Add", ["y", "x"], ["out"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [2, 3])], [h.make_tensor_value_info("out", TP.FLOAT, [2, 3])],
+                     [nh.from_array(np.array(16000, np.int64), "sr"), nh.from_array(np.array(16000 if flag else 8000, np.int64), "want")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 16)])
+    path, out = tmp_path / "if.onnx", tmp_path / "if_inlined.onnx"
+    onnx.save(m, path)
+    rep = cli.ok("optimize", path, "--export-rewritten", out, "--verify")
+    assert rep["rules_fired"].get("inline-constant-if") == 1, rep["rules_fired"]
+    r = onnx.load(str(out))
+    onnx.checker.check_model(r, full_check=True)
+    assert "If" not in {n.op_type for n in r.graph.node}
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]], np.float32)
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ort.InferenceSession(r.SerializeToString()).run(None, {"x": x})[0], want)
+    got = cli.run_model(path, {"x": x}, tmp_path / "run", target="reference", pipeline="auto")["out"]
+    np.testing.assert_allclose(got, want)
