@@ -1049,15 +1049,26 @@ Tensor load_tensor_pb(const std::string& path, std::string* name) {
   if (!in) fail(ErrorKind::Io, "cannot open tensor file '" + path + "'", in_file(path));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) fail(ErrorKind::Io, "reading tensor file '" + path + "' failed", in_file(path));
+  return load_tensor_pb_bytes(bytes, path, fs::path(path).parent_path().string(), name);
+}
+
+Tensor load_tensor_pb_bytes(const std::string& bytes, const std::string& label, const std::string& base_dir, std::string* name) {
   onnx::TensorProto tp;
   if (bytes.size() > size_t(INT_MAX) || !tp.ParseFromString(bytes))
-    fail(ErrorKind::Invalid, "not a serialized onnx.TensorProto (protobuf parse failed)", in_file(path));
+    fail(ErrorKind::Invalid, "not a serialized onnx.TensorProto (protobuf parse failed)", in_file(label));
   Importer imp;
-  imp.label = path;
-  imp.base_dir = fs::path(path).parent_path().string();
-  Tensor t = imp.tensor(tp, "in '" + path + "'");
-  if (name) *name = tp.name();
-  return t;
+  imp.label = label;
+  imp.base_dir = base_dir;
+  try {
+    Tensor t = imp.tensor(tp, "in '" + label + "'");
+    if (name) *name = tp.name();
+    return t;
+  } catch (const Error& e) {
+    if (!e.context().file.empty()) throw;
+    ErrorContext c = e.context();  // a size refused before allocating: name the file too
+    c.file = label;
+    throw Error(e.kind(), e.detail(), c);
+  }
 }
 
 void save_tensor_pb(const Tensor& t, const std::string& name, const std::string& path) {

@@ -40,6 +40,9 @@ void save_model(const Model& m, const std::string& path, const SaveOptions& opt)
 // every element type nnfuse holds, bfloat16, float8 and the packed 4/2-bit types included, which
 // .npy cannot carry. `name` receives the proto's name field (may be empty).
 Tensor load_tensor_pb(const std::string& path, std::string* name = nullptr);
+// The same from bytes; `label` names them in errors, external data resolves against `base_dir`.
+Tensor load_tensor_pb_bytes(const std::string& bytes, const std::string& label, const std::string& base_dir,
+                            std::string* name = nullptr);
 void save_tensor_pb(const Tensor& t, const std::string& name, const std::string& path);
 
 }  // namespace nnfuse

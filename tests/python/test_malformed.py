@@ -434,6 +434,50 @@ def test_malformed_npy_input(tmp_path, case):
     assert_clear_error(nnfuse("run", m, "--target", "reference", "--input", f"x={f}"), *needles)
 
 
+# ---------------------------------------------------------------- .pb (onnx.TensorProto) inputs
+
+def _pb(shape=(2, 3), dtype=np.float32, **edit):
+    from onnx import numpy_helper
+
+    t = numpy_helper.from_array(np.ones(shape, dtype), "x")
+    if "dims" in edit:
+        del t.dims[:]
+        t.dims.extend(edit["dims"])
+    if "raw" in edit:
+        t.raw_data = edit["raw"]
+    if "data_type" in edit:
+        t.data_type = edit["data_type"]
+    if "location" in edit:
+        t.ClearField("raw_data")
+        t.data_location = onnx.TensorProto.EXTERNAL
+        e = t.external_data.add()
+        e.key, e.value = "location", edit["location"]
+    return t.SerializeToString()
+
+
+PB_CASES = {
+    "random-bytes": (b"\x12\xff\xff\xff\x0f garbage", ["not a serialized onnx.TensorProto"]),
+    "truncated": (_pb()[:-5], ["not a serialized onnx.TensorProto"]),
+    "huge-dims": (_pb(dims=[1 << 40, 1 << 30]), ["huge-dims.pb", "2^64 bytes"]),
+    "negative-dim": (_pb(dims=[-2, 3]), ["negative dimension -2"]),
+    "short-raw-data": (_pb(raw=b"\0" * 10), ["needs 24 bytes but raw_data holds 10"]),
+    "string": (_pb(data_type=8), ["element type string"]),
+    "type-99": (_pb(data_type=99), ["element type unknown (99)"]),
+    "external-data-escapes": (_pb(location="../../etc/passwd"), ["'../../etc/passwd'", "leaves"]),
+    "wrong-dtype": (_pb(data_type=onnx.TensorProto.INT4, raw=b"\0" * 3), ["'x'", "int4"]),
+    "wrong-shape": (_pb(shape=(3, 2)), ["'x'", "[3,2]"]),
+}
+
+
+@pytest.mark.parametrize("case", list(PB_CASES), ids=list(PB_CASES))
+def test_malformed_pb_input(tmp_path, case):
+    data, needles = PB_CASES[case]
+    m = save(tmp_path, "relu", [helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", [2, 3])], [vi("y", [2, 3])])
+    f = tmp_path / f"{case}.pb"
+    f.write_bytes(data)
+    assert_clear_error(nnfuse("run", m, "--target", "reference", "--input", f"x={f}"), *needles)
+
+
 # ---------------------------------------------------------------- the kernel cache
 
 def test_cache_directory_that_cannot_be_created(tmp_path):
