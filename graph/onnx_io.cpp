@@ -251,6 +251,9 @@ struct Importer {
   std::optional<TensorType> type(const onnx::ValueInfoProto& vi, bool strict) const {
     if (!vi.has_type()) return TensorType{};
     const onnx::TypeProto& tp = vi.type();
+    // An empty TypeProto (PyTorch writes one for an If output inside a branch, Silero VAD v5/v6):
+    // no type given; shape inference finds it.
+    if (tp.value_case() == onnx::TypeProto::VALUE_NOT_SET) return TensorType{};
     if (!tp.has_tensor_type()) {
       if (!strict) return std::nullopt;
       fail(ErrorKind::Unsupported, "value '" + vi.name() + "' is not a tensor (sequence, map, optional and sparse values are not supported)", in_file(label));

@@ -107,7 +107,15 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
       fail(ErrorKind::Model, "has " + std::to_string(n.outputs.size()) + " outputs; " + n.op_type + " gives " +
                                  std::to_string(s.min_outputs) + (s.max_outputs < 0 ? " or more" : " to " + std::to_string(s.max_outputs)),
            {"", 0, 0, n.label(), n.op_type, int(opset)});
-    // Bodies first: they need the types of the outer values they read.
+    // Bodies first: they need the types of the outer values they read. An If's two branches are
+    // alternatives: one may not hold for these shapes (Silero VAD's 8 kHz branch with a 16 kHz
+    // input), which is an error only if it runs. While the condition is not known, a branch that
+    // fails here keeps its declared types (the If's outputs then take the other branch's), and
+    // running it reports the error; both failing is an error now.
+    const bool alternatives = n.op_type == "If" && n.domain.empty() && !n.inputs.empty() && !n.inputs[0].empty() &&
+                              !g.constant_value(n.inputs[0]) && !known.count(n.inputs[0]);
+    std::optional<Error> branch_error;
+    int failed_branches = 0;
     for (auto& [k, a] : n.attrs.all()) {
       std::vector<std::shared_ptr<Graph>> bodies;
       if (a.kind == Attribute::Kind::Graph && a.g) bodies.push_back(a.g);
@@ -117,9 +125,20 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
         for (auto& r : body->outer_references())
           if (g.has_value(r)) body->declare_value(r, g.type(r));
         if (body->opset_imports.empty()) body->opset_imports = g.opset_imports;
-        infer_shapes(*body, opt);
+        if (!alternatives) {
+          infer_shapes(*body, opt);
+          continue;
+        }
+        try {
+          infer_shapes(*body, opt);
+        } catch (const Error& e) {
+          if (!branch_error) branch_error = e;
+          ++failed_branches;
+          for (auto& o : body->outputs()) body->set_type(o, TensorType{});
+        }
       }
     }
+    if (failed_branches > 1) throw *branch_error;
     InferContext ctx{n, opset, {}, {}, {}};
     bool all_const = true;
     int64_t const_elems = 0;

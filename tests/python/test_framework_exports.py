@@ -997,3 +997,32 @@ def test_passes_rewrite_inside_if_branches(cli, workdir):
     got = run_ort(out, ec.feeds)
     for name, w in want.items():
         np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_branch_that_does_not_fit_the_shapes_fails_only_when_taken(cli, workdir, cond):
+    # Silero VAD v6 holds an 8 kHz and a 16 kHz network in the branches of an If on the sample
+    # rate; with a 16 kHz input the 8 kHz branch's shapes do not work out (a Squeeze of a dim of 2).
+    # Shape inference keeps such a branch's types open; it fails, naming the node, only if it runs.
+    x = helper.make_tensor_value_info("x", F32, [1, 4, 1])
+    c = helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, [])
+    y = helper.make_tensor_value_info("y", F32, None)
+    axes = numpy_helper.from_array(np.array([2], np.int64), "axes")
+    then_b = helper.make_graph([helper.make_node("Squeeze", ["x", "axes"], ["t"], name="fits")], "then", [],
+                               [helper.make_tensor_value_info("t", F32, None)])
+    axes1 = numpy_helper.from_array(np.array([1], np.int64), "axes1")
+    else_b = helper.make_graph([helper.make_node("Squeeze", ["x", "axes1"], ["e"], name="does_not_fit")], "else", [],
+                               [helper.make_tensor_value_info("e", F32, None)])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_b, else_branch=else_b)], "g", [x, c], [y], [axes, axes1])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    path = workdir / f"if_fit_{cond}.onnx"
+    onnx.save(m, str(path))
+    feeds = {"x": np.arange(4, dtype=np.float32).reshape(1, 4, 1), "c": np.array(cond)}
+    if cond:
+        got = cli.run_model(path, feeds, workdir / "run_if_fit")
+        np.testing.assert_array_equal(got["y"], feeds["x"].reshape(1, 4))
+    else:
+        for i, (k, v) in enumerate(feeds.items()):
+            np.save(workdir / f"fit_{k}.npy", v)
+        rc, _, err = cli("run", path, "--input", f"x={workdir / 'fit_x.npy'}", "--input", f"c={workdir / 'fit_c.npy'}")
+        assert rc == 1 and "does_not_fit" in err and "Squeeze" in err, err
