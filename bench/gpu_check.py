@@ -74,7 +74,7 @@ def run_nnfuse(path: Path, feeds, shapes, target: str, runs: int, work: Path):
     args = [cli(), "run", str(path), "--target", target, "--pipeline", "auto", "--runs", str(runs), "--json"]
     for k, (name, arr) in enumerate(feeds.items()):
         f = work / f"in_{k}.npy"
-        np.save(f, np.ascontiguousarray(arr))
+        np.save(f, np.array(arr, order="C"))  # ascontiguousarray would make a scalar 1-D
         args += ["--input", f"{name}={f}"]
     for name, dims in (shapes or {}).items():
         args += ["--shape", f"{name}={','.join(map(str, dims))}"]

@@ -40,6 +40,17 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
     if (!end || *end || v < 0) fail(ErrorKind::Invalid, "NNFUSE_DEVICE_SPLIT_K='" + std::string(e) + "': expected a number of work-groups (0: off)");
     po.split_k_groups = v;
   }
+  if (const char* e = std::getenv("NNFUSE_DEVICE_REGISTER_BLOCK"); e && *e) {
+    const std::string v = e;
+    if (v != "0" && v != "1" && v != "2" && v != "4")
+      fail(ErrorKind::Invalid, "NNFUSE_DEVICE_REGISTER_BLOCK='" + v + "': expected 1, 2 or 4 outputs per work-item along each axis (0: by shape)");
+    po.register_block = std::stoi(v);
+  }
+  if (const char* e = std::getenv("NNFUSE_DEVICE_K_TILE"); e && *e) {
+    const std::string v = e;
+    if (v != "8" && v != "16" && v != "32") fail(ErrorKind::Invalid, "NNFUSE_DEVICE_K_TILE='" + v + "': expected 8, 16 or 32");
+    po.k_tile = std::stoi(v);
+  }
   m->prog_ = print_device_program(m->mod_, po);
   const double print_ms = ms_since(t0);
   std::vector<std::string> names;
@@ -68,7 +79,11 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
   int host = 0;
   for (auto& ks : m->prog_.stage_kernels) host += ks.empty();
   nlohmann::json forms = nlohmann::json::object();
-  for (auto& k : m->prog_.kernels) forms[k.form] = forms.value(k.form, 0) + 1;
+  nlohmann::json blocks = nlohmann::json::object();
+  for (auto& k : m->prog_.kernels) {
+    forms[k.form] = forms.value(k.form, 0) + 1;
+    if (k.register_block > 0) blocks[std::to_string(k.register_block)] = blocks.value(std::to_string(k.register_block), 0) + 1;
+  }
   m->build_info_ = {{"target", target},
                     {"backend", m->api_->backend()},
                     {"device", m->api_->device_info()},
@@ -80,6 +95,8 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
                     {"entry_points", std::set<std::string>(names.begin(), names.end()).size()},
                     {"kernel_forms", forms},
                     {"split_k_groups", po.split_k_groups},
+                    {"register_blocks", blocks},
+                    {"k_tile", po.k_tile},
                     {"host_stages", host},
                     {"arena_bytes", m->mod_.arena_bytes},
                     {"weight_bytes", weight_bytes},

@@ -17,7 +17,8 @@ namespace nnfuse::device {
 namespace {
 
 constexpr int kTile = 16;        // tiled GEMM: 16 x 16 work-items per group,
-constexpr int kRegisterBlock = 1;  // each computing kRegisterBlock^2 outputs
+constexpr int64_t kMinBlockedGroups = 256;  // register blocking by shape: the least work-groups
+                                            // (after split-K) a blocked grid must keep
 constexpr int64_t kSplitMinK = 128;  // split-K: the least K per split
 constexpr int kGroup = 256;      // work-items per group for every other form
 constexpr int64_t kMinTiledRows = 8;  // Conv: output channels per group below this run direct
@@ -266,22 +267,38 @@ struct KernelPrinter {
   void tiled(const std::string& form, int64_t batches, int64_t M, int64_t NC, int64_t KD, const std::string& decode,
              const std::string& a_elem, const std::string& b_elem, const std::string& r, const std::string& c, const std::string& scale,
              const std::string& y_off) {
-    // R = 4 (64 x 64 tiles) was measured slower on an H200 at batch 1 (bench/RESULTS.md, GPU
-    // targets): BERT-base 5.3 -> 9.6 ms, ResNet-50 3.5 -> 7.2 ms, as its grids hold fewer groups
-    // than the GPU has SMs (24 for BERT's 128 x 768 products) and the 4 x 4 accumulators are not
-    // kept in registers without unrolling. Kept general for when a choice by shape is measured.
-    const int R = kRegisterBlock, T = kTile * R, KT = kTile;
+    // Register blocking: each item computes R x R outputs of a 16R x 16R tile, so that a k step
+    // reads 2R values from work-group memory for R^2 multiply-adds (R = 1: two reads per
+    // multiply-add, which bounds a 16 x 16 tile by work-group memory bandwidth). Larger tiles
+    // leave fewer groups: at batch 1 a 128 x 768 product has 24 tiles of 64 x 64, too few for a
+    // GPU of 80-132 SMs even after split-K. So R is the largest of 4, 2, 1 whose grid (after
+    // split-K) still holds kMinBlockedGroups groups, unless opt.register_block fixes it.
+    auto splits = [&](int64_t grid) {
+      if (opt.split_k_groups <= 0 || grid >= opt.split_k_groups) return int64_t(1);
+      return std::max<int64_t>(1, std::min<int64_t>((opt.split_k_groups + grid - 1) / grid, KD / kSplitMinK));
+    };
+    auto grid_of = [&](int r) {
+      const int64_t t = int64_t(kTile) * r;
+      return batches * ((M + t - 1) / t) * ((NC + t - 1) / t);
+    };
+    int R = opt.register_block;
+    if (R <= 0) {
+      R = 1;
+      for (int r : {4, 2})
+        if (grid_of(r) * splits(grid_of(r)) >= kMinBlockedGroups) {
+          R = r;
+          break;
+        }
+    }
+    const int T = kTile * R, KT = opt.k_tile;
     const int64_t tm = (M + T - 1) / T, tn = (NC + T - 1) / T;
     // Split-K: a grid of fewer groups than opt.split_k_groups, over a long K, splits K into S
     // ranges of at least kSplitMinK; each group writes its partial tile to scratch and a second
     // kernel sums the S partials and runs the epilogue.
-    int64_t S = 1;
-    if (opt.split_k_groups > 0 && batches * tm * tn < opt.split_k_groups) {
-      S = std::min<int64_t>((opt.split_k_groups + batches * tm * tn - 1) / (batches * tm * tn), KD / kSplitMinK);
-      S = std::max<int64_t>(S, 1);
-    }
+    const int64_t S = splits(batches * tm * tn);
     const int64_t KS = (KD + S - 1) / S;  // K per split, rounded up to whole k tiles below
     const int64_t KSt = (KS + KT - 1) / KT * KT;
+    k.register_block = R;
     k.form = form;
     k.local = kTile * kTile;
     k.groups = batches * tm * tn * S;
@@ -294,7 +311,10 @@ struct KernelPrinter {
     body << "  const int lid = NF_LID, ty = lid / " << kTile << ", tx = lid % " << kTile << ";\n";
     body << decode;
     body << "  float acc[" << R << "][" << R << "];\n";
-    body << "  for (int i = 0; i < " << R << "; ++i)\n    for (int j = 0; j < " << R << "; ++j) acc[i][j] = 0.0f;\n";
+    // Every loop over the R x R outputs is one flat unrolled loop, so that acc, a_ and b_ are
+    // indexed by constants and live in registers.
+    const std::string RR = std::to_string(R * R), Rs = std::to_string(R);
+    body << "  #pragma unroll\n  for (int ij = 0; ij < " << RR << "; ++ij) acc[ij / " << Rs << "][ij % " << Rs << "] = 0.0f;\n";
     body << "  const i64 k_end = split * " << i64s(KSt) << " + " << i64s(KSt) << " < " << i64s(KD) << " ? split * " << i64s(KSt) << " + "
          << i64s(KSt) << " : " << i64s(KD) << ";\n";
     body << "  for (i64 k0 = split * " << i64s(KSt) << "; k0 < k_end; k0 += " << KT << ") {\n";
@@ -309,11 +329,13 @@ struct KernelPrinter {
     body << "    NF_SYNC();\n";
     body << "    #pragma unroll\n    for (int q = 0; q < " << KT << "; ++q) {\n";
     body << "      float a_[" << R << "], b_[" << R << "];\n";
-    body << "      for (int i = 0; i < " << R << "; ++i) a_[i] = As[q][ty + " << kTile << " * i];\n";
-    body << "      for (int j = 0; j < " << R << "; ++j) b_[j] = Bs[q][tx + " << kTile << " * j];\n";
-    body << "      for (int i = 0; i < " << R << "; ++i)\n        for (int j = 0; j < " << R << "; ++j) acc[i][j] += a_[i] * b_[j];\n";
+    body << "      #pragma unroll\n      for (int i = 0; i < " << R << "; ++i) a_[i] = As[q][ty + " << kTile << " * i];\n";
+    body << "      #pragma unroll\n      for (int j = 0; j < " << R << "; ++j) b_[j] = Bs[q][tx + " << kTile << " * j];\n";
+    body << "      #pragma unroll\n      for (int ij = 0; ij < " << RR << "; ++ij) acc[ij / " << Rs << "][ij % " << Rs << "] += a_[ij / " << Rs
+         << "] * b_[ij % " << Rs << "];\n";
     body << "    }\n    NF_SYNC();\n  }\n";
-    body << "  for (int i = 0; i < " << R << "; ++i)\n    for (int j = 0; j < " << R << "; ++j) {\n";
+    body << "  #pragma unroll\n  for (int ij = 0; ij < " << RR << "; ++ij) {\n";
+    body << "      const int i = ij / " << Rs << ", j = ij % " << Rs << ";\n";
     body << "      const i64 m = tm_ * " << T << " + ty + " << kTile << " * i, n = tn_ * " << T << " + tx + " << kTile << " * j;\n";
     if (S == 1) {
       body << "      if (m < " << i64s(M) << " && n < " << i64s(NC) << ")\n" << epilogue(scale + "acc[i][j]", r, c, y_off);
@@ -327,6 +349,7 @@ struct KernelPrinter {
     sum = k;
     sum->name = k.name + "_sum";
     sum->form = form + "_split_sum";
+    sum->register_block = 0;
     sum->local = kGroup;
     sum->groups = (outputs + kGroup - 1) / kGroup;
     body_sum << "  const i64 gid = NF_GID;\n  if (gid >= " << i64s(outputs) << ") return;\n";
@@ -387,11 +410,17 @@ struct KernelPrinter {
       const std::string helper = k.name + "_im2col";
       std::ostringstream h;
       h << "NF_FN float " << helper << "(NF_GLOBAL const float* " << x << ", i64 nb, i64 g, i64 kk, i64 n) {\n";
-      h << "  const i64 ci = kk / " << i64s(KH * KW) << ", kr = kk % " << i64s(KH * KW) << ", kh = kr / " << i64s(KW) << ", kw = kr % "
-        << i64s(KW) << ";\n";
-      h << "  const i64 oh = n / " << i64s(OW) << ", ow = n % " << i64s(OW) << ";\n";
-      h << "  const i64 ih = oh * " << i64s(SH) << " - " << i64s(PH) << " + kh * " << i64s(DH) << ", iw = ow * " << i64s(SW) << " - "
-        << i64s(PW) << " + kw * " << i64s(DW) << ";\n";
+      // The tap and pixel decomposition divides by constants per element loaded: in 32 bits where
+      // the sizes allow (a 64-bit division is a long instruction sequence on GPUs).
+      const bool narrow = KD < (int64_t(1) << 31) && OH * OW < (int64_t(1) << 31) && H * W * 4 < (int64_t(1) << 31);
+      const std::string ix = narrow ? "int" : "i64", cast = narrow ? "(int)" : "";
+      auto lit = [&](int64_t v) { return narrow ? std::to_string(v) : i64s(v); };
+      h << "  const " << ix << " kq = " << cast << "kk, nq = " << cast << "n;\n";
+      h << "  const " << ix << " ci = kq / " << lit(KH * KW) << ", kr = kq % " << lit(KH * KW) << ", kh = kr / " << lit(KW) << ", kw = kr % "
+        << lit(KW) << ";\n";
+      h << "  const " << ix << " oh = nq / " << lit(OW) << ", ow = nq % " << lit(OW) << ";\n";
+      h << "  const " << ix << " ih = oh * " << lit(SH) << " - " << lit(PH) << " + kh * " << lit(DH) << ", iw = ow * " << lit(SW) << " - "
+        << lit(PW) << " + kw * " << lit(DW) << ";\n";
       h << "  return " << x_at("nb", "g * " + i64s(Cg) + " + ci") << ";\n}\n";
       helpers += h.str();
       tiled("implicit_gemm_conv", N * G, Kg, OH * OW, KD, dec.str(), w + "[(g * " + i64s(Kg) + " + m) * " + i64s(KD) + " + kk]",

@@ -18,7 +18,7 @@
 //
 // Per stage kind:
 //   Elementwise                       one work-item per element of the rows x width view
-//   MatMul / Gemm, Conv (Kg >= 8)     tiled GEMM: a work-group per 16x16 output tile, operands
+//   MatMul / Gemm, Conv (Kg >= 8)     tiled GEMM: a work-group per 16Rx16R output tile (R x R per item), operands
 //                                     staged through work-group memory (Conv as implicit GEMM);
 //                                     too few tiles for the device: K split, then a sum kernel
 //   Conv (depthwise, small groups), pooling   one work-item per output element
@@ -44,6 +44,7 @@ struct DeviceKernel {
   int64_t scratch_bytes = 0; // > 0: a scratch argument of this size follows the buffers (split-K
                              // partial sums; shared by every kernel, which run one at a time)
   int local = 0;             // work-items per group
+  int register_block = 0;    // tiled forms: outputs per work-item along each axis (tile 16R x 16R)
 };
 
 struct DeviceProgram {
@@ -59,6 +60,12 @@ struct DeviceProgramOptions {
   // the device has this many in flight (0: never). 512 fills a 132-SM GPU about four groups deep;
   // $NNFUSE_DEVICE_SPLIT_K overrides it in DeviceModel.
   int64_t split_k_groups = 512;
+  // Tiled GEMM/conv register blocking: R x R outputs per work-item (1, 2 or 4); 0 chooses by
+  // shape (the largest R whose grid keeps enough groups). $NNFUSE_DEVICE_REGISTER_BLOCK overrides.
+  int register_block = 0;
+  // Tiled GEMM/conv: the k extent staged through work-group memory per step (8, 16 or 32);
+  // $NNFUSE_DEVICE_K_TILE overrides.
+  int k_tile = 16;
 };
 
 // Prints every stage of `m` (lowered with layout_block 0). Throws Unsupported naming the stage and

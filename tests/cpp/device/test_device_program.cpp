@@ -161,6 +161,23 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   ::unsetenv("NNFUSE_DEVICE_SPLIT_K");
   CHECK_FALSE(whole->info()["kernel_forms"].contains("tiled_gemm_split_sum"));
   check_close(whole->run(feeds), want, "forms without split-K");
+  // Register blocking forced (by shape these small products take R = 1): 2 x 2 and 4 x 4 outputs
+  // per item, tiles of 32 and 64 with partial edges, split or not; k tiles of 8 and 32.
+  for (auto [r, kt] : {std::pair<const char*, const char*>{"2", "8"}, {"4", "32"}}) {
+    ::setenv("NNFUSE_DEVICE_REGISTER_BLOCK", r, 1);
+    ::setenv("NNFUSE_DEVICE_K_TILE", kt, 1);
+    auto blocked = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
+    ::unsetenv("NNFUSE_DEVICE_REGISTER_BLOCK");
+    ::unsetenv("NNFUSE_DEVICE_K_TILE");
+    INFO(blocked->info().dump());
+    CHECK(blocked->info()["register_blocks"].contains(r));
+    CHECK(blocked->info()["register_blocks"].size() == 1);
+    CHECK(blocked->info()["k_tile"] == std::stoi(kt));
+    check_close(blocked->run(feeds), want, std::string("forms with register block ") + r + ", k tile " + kt);
+  }
+  ::setenv("NNFUSE_DEVICE_REGISTER_BLOCK", "3", 1);
+  CHECK_THROWS_WITH(DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl"), Catch::Contains("NNFUSE_DEVICE_REGISTER_BLOCK='3'"));
+  ::unsetenv("NNFUSE_DEVICE_REGISTER_BLOCK");
 }
 
 TEST_CASE("device: a Gather index out of range is an error naming the stage", "[device][opencl]") {
@@ -188,26 +205,33 @@ TEST_CASE("device: a Gather index out of range is an error naming the stage", "[
 }
 
 TEST_CASE("device: every tiny zoo model's CUDA C compiles for sm_70 without spills", "[device][cuda]") {
-  if (!cuda_nvrtc_available() && !required("NVRTC (pip install nvidia-cuda-nvrtc-cu12)")) return;
+  if (!cuda_nvrtc_available("sm_70") && !required("NVRTC for sm_70 (pip install nvidia-cuda-nvrtc-cu12)")) return;
   for (const auto& name : kTinyZoo) {
     Model m = build_zoo_model(name, ZooOptions{});
     FusionPlan plan = plan_for(m.graph, "volta-cuda");
     LowerOptions lo;
     lo.layout_block = 0;
     KernelModule km = lower_module(m.graph, plan, lo);
-    DeviceProgram p = print_device_program(km);
-    CudaCompileReport r = cuda_compile_check(cuda_prelude() + p.source, "sm_70");
-    INFO(name << ": " << to_json(r).dump().substr(0, 2000));
-    std::set<std::string> entries;
-    for (auto& k : p.kernels) entries.insert(k.name);
-    CHECK(r.kernels.size() == entries.size());
-    for (auto& k : r.kernels) {
-      INFO(k.name);
-      CHECK(k.registers > 0);
-      CHECK(k.registers <= 128);  // two 256-thread groups per SM's 64K registers
-      CHECK(k.spill_stores == 0);
-      CHECK(k.spill_loads == 0);
-      CHECK(k.shared_bytes <= 48 * 1024);
+    // By shape, and with every tiled kernel at 4 x 4 outputs per item over k tiles of 32 (the
+    // most registers and work-group memory).
+    for (int rb : {0, 4}) {
+      DeviceProgramOptions po;
+      po.register_block = rb;
+      po.k_tile = rb ? 32 : po.k_tile;
+      DeviceProgram p = print_device_program(km, po);
+      CudaCompileReport r = cuda_compile_check(cuda_prelude() + p.source, "sm_70");
+      INFO(name << " register block " << rb << ": " << to_json(r).dump().substr(0, 2000));
+      std::set<std::string> entries;
+      for (auto& k : p.kernels) entries.insert(k.name);
+      CHECK(r.kernels.size() == entries.size());
+      for (auto& k : r.kernels) {
+        INFO(k.name);
+        CHECK(k.registers > 0);
+        CHECK(k.registers <= 128);  // two 256-thread groups per SM's 64K registers
+        CHECK(k.spill_stores == 0);
+        CHECK(k.spill_loads == 0);
+        CHECK(k.shared_bytes <= 48 * 1024);
+      }
     }
   }
 }
