@@ -1,5 +1,6 @@
-// ONNX import and export. Protobuf headers stay in this file: everything else sees only the
-// nnfuse IR (graph/graph.h), so that a change to the ONNX proto recompiles one object.
+// ONNX import and export. Protobuf headers stay in this file and in graph/onnx_tensor.cpp (tensor
+// protos): everything else sees only the nnfuse IR (graph/graph.h), so that a change to the ONNX
+// proto recompiles two objects.
 #include "graph/onnx_io.h"
 
 #include <onnx/onnx_pb.h>
@@ -17,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "graph/onnx_tensor.h"
 #include "graph/op_registry.h"
 #include "graph/shape_inference.h"
 
@@ -25,12 +27,7 @@ namespace nnfuse {
 namespace {
 
 namespace fs = std::filesystem;
-
-ErrorContext in_file(const std::string& file) {
-  ErrorContext c;
-  c.file = file;
-  return c;
-}
+using namespace onnx_tensor;
 
 // Versions we accept on import. IR 3 is the first with opset_import. IR 11-14 (ONNX 1.17-1.23)
 // add element types and proto fields, nothing that changes what older fields mean: the new types
@@ -56,24 +53,6 @@ int64_t ir_required_by_opset(int64_t opset) {
   return 3;
 }
 
-bool dtype_supported(int32_t t) {
-  switch (t) {
-    case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 9: case 10: case 11: case 12: case 13: case 16:
-      return true;
-    default:
-      return t >= 17 && t <= kMaxDTypeCode;  // float8, float4, int4/uint4, int2/uint2
-  }
-}
-
-const char* onnx_dtype_name(int32_t t) {
-  switch (t) {
-    case 8: return "string";
-    case 14: return "complex64";
-    case 15: return "complex128";
-    default: return dtype_supported(t) ? dtype_name(DType(t)) : "unknown";
-  }
-}
-
 // ------------------------------------------------------------------------------------------
 // Import
 // ------------------------------------------------------------------------------------------
@@ -89,161 +68,9 @@ struct Importer {
   }
 
   // ---- tensors ----
-  std::string read_external(const onnx::TensorProto& tp, size_t nbytes) const {
-    std::string location;
-    int64_t offset = 0, length = -1;
-    auto number = [&](const std::string& key, const std::string& v) -> int64_t {
-      try {
-        size_t used = 0;
-        long long n = std::stoll(v, &used);
-        if (used == v.size() && n >= 0) return n;
-      } catch (const std::exception&) {
-      }
-      model_error("tensor '" + tp.name() + "': external data " + key + " '" + v + "' is not a non-negative integer");
-    };
-    for (auto& kv : tp.external_data()) {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = number("offset", kv.value());
-      else if (kv.key() == "length") length = number("length", kv.value());
-    }
-    if (location.empty()) model_error("tensor '" + tp.name() + "' has external data without a location");
-    fs::path rel(location);
-    // Like onnx.checker and ONNX Runtime: external data stays inside the model's directory.
-    if (rel.is_absolute()) model_error("tensor '" + tp.name() + "': external data location '" + location + "' must be relative to the model's directory");
-    for (auto& part : rel)
-      if (part == "..") model_error("tensor '" + tp.name() + "': external data location '" + location + "' leaves the model's directory");
-    fs::path full = base_dir.empty() ? rel : fs::path(base_dir) / rel;
-    if (length >= 0 && size_t(length) != nbytes)
-      model_error("tensor '" + tp.name() + "': external data length " + std::to_string(length) + " does not match its " +
-                  std::to_string(nbytes) + " bytes");
-    std::ifstream in(full, std::ios::binary);
-    if (!in) fail(ErrorKind::Io, "tensor '" + tp.name() + "': cannot open external data file '" + full.string() + "'", in_file(label));
-    in.seekg(0, std::ios::end);
-    int64_t size = int64_t(in.tellg());
-    if (offset < 0 || offset + int64_t(nbytes) > size)
-      model_error("tensor '" + tp.name() + "': external data file '" + full.string() + "' has " + std::to_string(size) +
-                  " bytes, too few for " + std::to_string(nbytes) + " bytes at offset " + std::to_string(offset));
-    std::string buf(nbytes, '\0');
-    in.seekg(offset);
-    in.read(buf.data(), std::streamsize(nbytes));
-    if (!in) fail(ErrorKind::Io, "tensor '" + tp.name() + "': reading external data file '" + full.string() + "' failed", in_file(label));
-    return buf;
-  }
-
-  Tensor tensor(const onnx::TensorProto& tp, const std::string& what) const {
-    const std::string name = tp.name().empty() ? what : "'" + tp.name() + "'";
-    int32_t dt = tp.data_type();
-    if (!dtype_supported(dt))
-      fail(ErrorKind::Unsupported, "tensor " + name + " has element type " + onnx_dtype_name(dt) + " (" + std::to_string(dt) + "), which nnfuse does not support", in_file(label));
-    Shape shape;
-    for (int64_t d : tp.dims()) {
-      if (d < 0) model_error("tensor " + name + " has a negative dimension " + std::to_string(d));
-      shape.push_back(d);
-    }
-    if (tp.has_segment()) fail(ErrorKind::Unsupported, "tensor " + name + " is segmented, which nnfuse does not support", in_file(label));
-    DType dtype = DType(dt);
-    Tensor t = Tensor::uninitialized(dtype, shape);  // every path below fills it or throws
-    const size_t n = size_t(t.numel());
-    const size_t esize = dtype_size(dtype);
-    auto count_error = [&](size_t got, const char* field) {
-      model_error("tensor " + name + " of shape " + shape_str(shape) + " needs " + std::to_string(n) + " elements but " + field +
-                  " holds " + std::to_string(got));
-    };
-    // Stored little-endian; every host we target is little-endian. The 4- and 2-bit types are
-    // stored packed (two or four to a byte) and unpacked here to one byte per element.
-    const size_t stored = packed_size(dtype, n);
-    auto unpack = [&](const char* bytes) {
-      if (n) unpack_low_precision(dtype, reinterpret_cast<const uint8_t*>(bytes), n, static_cast<uint8_t*>(t.raw()));
-    };
-    if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-      std::string buf = read_external(tp, stored);
-      unpack(buf.data());
-      return t;
-    }
-    if (tp.has_raw_data()) {
-      if (tp.raw_data().size() != stored)
-        model_error("tensor " + name + " of shape " + shape_str(shape) + " and type " + dtype_name(dtype) + " needs " +
-                    std::to_string(stored) + " bytes but raw_data holds " + std::to_string(tp.raw_data().size()));
-      unpack(tp.raw_data().data());
-      return t;
-    }
-    if (dtype_is_low_precision(dtype)) {
-      // int32_data: one float8 code, or one packed byte of 4/2-bit elements, per entry.
-      if (size_t(tp.int32_data_size()) != stored) count_error(size_t(tp.int32_data_size()), "int32_data");
-      std::string bytes(stored, '\0');
-      for (size_t i = 0; i < stored; ++i) bytes[i] = char(uint8_t(tp.int32_data(int(i))));
-      unpack(bytes.data());
-      return t;
-    }
-    auto* out = static_cast<char*>(t.raw());
-    switch (dtype) {
-      case DType::Float32:
-        if (size_t(tp.float_data_size()) != n) count_error(size_t(tp.float_data_size()), "float_data");
-        if (n) std::memcpy(out, tp.float_data().data(), n * 4);
-        break;
-      case DType::Float64:
-        if (size_t(tp.double_data_size()) != n) count_error(size_t(tp.double_data_size()), "double_data");
-        if (n) std::memcpy(out, tp.double_data().data(), n * 8);
-        break;
-      case DType::Int64:
-        if (size_t(tp.int64_data_size()) != n) count_error(size_t(tp.int64_data_size()), "int64_data");
-        if (n) std::memcpy(out, tp.int64_data().data(), n * 8);
-        break;
-      case DType::UInt64:
-      case DType::UInt32:
-        if (size_t(tp.uint64_data_size()) != n) count_error(size_t(tp.uint64_data_size()), "uint64_data");
-        for (size_t i = 0; i < n; ++i) {
-          uint64_t v = tp.uint64_data(int(i));
-          if (dtype == DType::UInt32) {
-            uint32_t w = uint32_t(v);
-            std::memcpy(out + i * 4, &w, 4);
-          } else {
-            std::memcpy(out + i * 8, &v, 8);
-          }
-        }
-        break;
-      default: {
-        // int32, int16, int8, uint16, uint8, bool, float16 and bfloat16 (bit patterns) all
-        // live in int32_data, one element per entry.
-        if (size_t(tp.int32_data_size()) != n) count_error(size_t(tp.int32_data_size()), "int32_data");
-        for (size_t i = 0; i < n; ++i) {
-          int32_t v = tp.int32_data(int(i));
-          switch (esize) {
-            case 1: { uint8_t b = dtype == DType::Bool ? uint8_t(v != 0) : uint8_t(v); out[i] = char(b); break; }
-            case 2: { uint16_t h = uint16_t(v); std::memcpy(out + i * 2, &h, 2); break; }
-            default: std::memcpy(out + i * 4, &v, 4); break;
-          }
-        }
-        break;
-      }
-    }
-    return t;
-  }
-
-  // Sparse tensors (Constant sparse_value, sparse initializers) become dense.
+  Tensor tensor(const onnx::TensorProto& tp, const std::string& what) const { return from_proto(tp, what, {label, base_dir}); }
   Tensor sparse_tensor(const onnx::SparseTensorProto& sp, const std::string& what) const {
-    Tensor values = tensor(sp.values(), what + " values");
-    Tensor indices = tensor(sp.indices(), what + " indices");
-    Shape shape(sp.dims().begin(), sp.dims().end());
-    Tensor dense(values.dtype(), shape);
-    const int64_t nnz = values.numel();
-    const int64_t rank = int64_t(shape.size());
-    auto strides = shape_strides(shape);
-    const int64_t total = dense.numel();
-    size_t es = dtype_size(values.dtype());
-    for (int64_t k = 0; k < nnz; ++k) {
-      int64_t flat = 0;
-      if (indices.rank() == 1) {
-        flat = indices.as_int(k);
-      } else if (indices.rank() == 2 && indices.dim(1) == rank) {
-        for (int64_t d = 0; d < rank; ++d) flat += indices.as_int(k * rank + d) * strides[size_t(d)];
-      } else {
-        model_error("sparse tensor " + what + " has indices of shape " + shape_str(indices.shape()));
-      }
-      if (flat < 0 || flat >= total) model_error("sparse tensor " + what + " has an index out of range");
-      std::memcpy(static_cast<char*>(dense.raw()) + flat * int64_t(es), static_cast<const char*>(values.raw()) + k * int64_t(es), es);
-    }
-    return dense;
+    return sparse_from_proto(sp, what, {label, base_dir});
   }
 
   // ---- types ----
@@ -703,64 +530,14 @@ Model import_model(onnx::ModelProto& mp, const ImportOptions& opt, const std::st
 // Export
 // ------------------------------------------------------------------------------------------
 
-// Initializers bigger than this go to the external data file when a model needs one.
-constexpr size_t kExternalMinBytes = 1024;
 // The protobuf limit is 2 GiB for the whole message; leave room for the graph itself.
 constexpr size_t kEmbedLimit = size_t(2000) * 1000 * 1000;
-
-struct ExternalWriter {
-  std::ofstream* out = nullptr;
-  std::string location;  // file name relative to the model
-  int64_t offset = 0;
-  size_t min_bytes = kExternalMinBytes;
-  // Constant-node tensors too: only when the model cannot be embedded otherwise (not every
-  // runtime reads external data in attributes).
-  bool attributes = false;
-};
 
 struct Exporter {
   ExternalWriter* external = nullptr;  // non-null: big tensors go to the data file
 
-  // The 4- and 2-bit types packed as ONNX stores them; empty for every other type (whose bytes
-  // are stored as they are in memory).
-  static std::string packed_bytes(const Tensor& t) {
-    if (dtype_packed_bits(t.dtype()) >= 8) return {};
-    return pack_low_precision(t.dtype(), static_cast<const uint8_t*>(t.raw()), size_t(t.numel()));
-  }
-
   void tensor(const Tensor& t, const std::string& name, onnx::TensorProto& tp, bool allow_external) const {
-    if (!name.empty()) tp.set_name(name);
-    tp.set_data_type(int32_t(t.dtype()));
-    for (int64_t d : t.shape()) tp.add_dims(d);
-    if (t.dtype() == DType::String || t.dtype() == DType::Undefined)
-      fail(ErrorKind::Unsupported, "tensor '" + name + "' has element type " + dtype_name(t.dtype()) + ", which cannot be exported");
-    if (external && allow_external && t.nbytes() >= external->min_bytes) {
-      // Aligned so that runtimes can map the weights straight from the file.
-      constexpr int64_t align = 4096;
-      int64_t pad = (align - external->offset % align) % align;
-      static const char zeros[align] = {};
-      external->out->write(zeros, pad);
-      external->offset += pad;
-      const std::string packed = packed_bytes(t);
-      const char* bytes = packed.empty() ? static_cast<const char*>(t.raw()) : packed.data();
-      const size_t nbytes = packed.empty() ? t.nbytes() : packed.size();
-      external->out->write(bytes, std::streamsize(nbytes));
-      if (!*external->out) fail(ErrorKind::Io, "writing external data file '" + external->location + "' failed");
-      tp.set_data_location(onnx::TensorProto::EXTERNAL);
-      auto add = [&](const char* k, const std::string& v) {
-        auto* e = tp.add_external_data();
-        e->set_key(k);
-        e->set_value(v);
-      };
-      add("location", external->location);
-      add("offset", std::to_string(external->offset));
-      add("length", std::to_string(nbytes));
-      external->offset += int64_t(nbytes);
-      return;
-    }
-    if (const std::string packed = packed_bytes(t); !packed.empty()) tp.set_raw_data(packed);
-    else if (t.nbytes()) tp.set_raw_data(static_cast<const char*>(t.raw()), t.nbytes());
-    else tp.set_raw_data("");
+    to_proto(t, name, tp, allow_external ? external : nullptr);
   }
 
   static void type(const TensorType& t, onnx::TypeProto& tp) {
@@ -1035,53 +812,7 @@ void save_model(const Model& m, const std::string& path, const SaveOptions& opt)
   } else {
     mp = build_model(m, nullptr);
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(ErrorKind::Io, "cannot write model file '" + path + "'", in_file(path));
-  // Streamed: a serialized copy of a 2 GB model is not held in memory.
-  if (!mp.SerializeToOstream(&out)) fail(ErrorKind::Io, "writing model file '" + path + "' failed", in_file(path));
-  out.close();
-  if (!out) fail(ErrorKind::Io, "writing model file '" + path + "' failed", in_file(path));
-}
-
-}  // namespace nnfuse
-
-namespace nnfuse {
-
-Tensor load_tensor_pb(const std::string& path, std::string* name) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, "cannot open tensor file '" + path + "'", in_file(path));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(ErrorKind::Io, "reading tensor file '" + path + "' failed", in_file(path));
-  return load_tensor_pb_bytes(bytes, path, fs::path(path).parent_path().string(), name);
-}
-
-Tensor load_tensor_pb_bytes(const std::string& bytes, const std::string& label, const std::string& base_dir, std::string* name) {
-  onnx::TensorProto tp;
-  if (bytes.size() > size_t(INT_MAX) || !tp.ParseFromString(bytes))
-    fail(ErrorKind::Invalid, "not a serialized onnx.TensorProto (protobuf parse failed)", in_file(label));
-  Importer imp;
-  imp.label = label;
-  imp.base_dir = base_dir;
-  try {
-    Tensor t = imp.tensor(tp, "in '" + label + "'");
-    if (name) *name = tp.name();
-    return t;
-  } catch (const Error& e) {
-    if (!e.context().file.empty()) throw;
-    ErrorContext c = e.context();  // a size refused before allocating: name the file too
-    c.file = label;
-    throw Error(e.kind(), e.detail(), c);
-  }
-}
-
-void save_tensor_pb(const Tensor& t, const std::string& name, const std::string& path) {
-  onnx::TensorProto tp;
-  Exporter{}.tensor(t, name, tp, false);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(ErrorKind::Io, "cannot write tensor file '" + path + "'", in_file(path));
-  if (!tp.SerializeToOstream(&out)) fail(ErrorKind::Io, "writing tensor file '" + path + "' failed", in_file(path));
-  out.close();
-  if (!out) fail(ErrorKind::Io, "writing tensor file '" + path + "' failed", in_file(path));
+  write_message(mp, path, "model file");
 }
 
 }  // namespace nnfuse

@@ -60,16 +60,23 @@ DType quantize_out_dtype(const Node& n, DType zp_dtype) {
   return od ? DType(od) : DType::UInt8;
 }
 
+// x / scale rounded half to even (division in float, then the default rounding mode, as the
+// spec's ops do), shifted by the zero point and clamped to [lo, hi]; store(i, v) writes element i.
+template <class Store>
+void quantize_clamped(const float* x, int64_t n, const std::vector<float>& scale, const std::vector<double>& zp, const AxisParams& ap,
+                      double lo, double hi, Store store) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = ap.at(i);
+    const double v = double(std::nearbyint(x[i] / scale[size_t(k)])) + zp[size_t(k)];
+    store(i, std::min(hi, std::max(lo, v)));
+  }
+}
+
 template <class Q>
 void quantize_into(const float* x, int64_t n, const std::vector<float>& scale, const std::vector<double>& zp,
                    const AxisParams& ap, Q* out) {
-  const double lo = double(std::numeric_limits<Q>::lowest()), hi = double(std::numeric_limits<Q>::max());
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t k = ap.at(i);
-    // Division in float, then round half to even (the default rounding mode), as the spec's ops do.
-    double v = double(std::nearbyint(x[i] / scale[size_t(k)])) + zp[size_t(k)];
-    out[i] = Q(std::min(hi, std::max(lo, v)));
-  }
+  quantize_clamped(x, n, scale, zp, ap, double(std::numeric_limits<Q>::lowest()), double(std::numeric_limits<Q>::max()),
+                   [&](int64_t i, double v) { out[i] = Q(v); });
 }
 
 // To int4/uint4/int2/uint2: rounded, shifted by the zero point and clamped, like the 8-bit types.
@@ -81,11 +88,8 @@ void quantize_low_precision(const KernelContext& c, const float* x, int64_t n, c
   auto* codes = static_cast<uint8_t*>(out.raw());
   if (low_precision_is_integer(od)) {
     const auto [lo, hi] = low_precision_int_range(od);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t k = ap.at(i);
-      const double v = double(std::nearbyint(x[i] / scale[size_t(k)])) + zp[size_t(k)];
-      codes[i] = wrap_to_low_precision_int(od, int64_t(std::min(double(hi), std::max(double(lo), v))));
-    }
+    quantize_clamped(x, n, scale, zp, ap, double(lo), double(hi),
+                     [&](int64_t i, double v) { codes[i] = wrap_to_low_precision_int(od, int64_t(v)); });
     return;
   }
   if (od == DType::Float8E8M0) c.unsupported("QuantizeLinear does not support output dtype float8_e8m0fnu");
