@@ -258,6 +258,8 @@ using CUmodule = void*;
 using CUfunction = void*;
 using CUstream = void*;
 using CUdeviceptr = unsigned long long;
+using CUgraph = void*;
+using CUgraphExec = void*;
 
 constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
@@ -286,6 +288,19 @@ struct Driver {
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void*, size_t) = nullptr;
   CUresult (*MemcpyDtoH)(void*, CUdeviceptr, size_t) = nullptr;
   CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t) = nullptr;
+  // Graphs (CUDA 11.4+; optional: without them every run launches kernel by kernel).
+  CUresult (*StreamCreate)(CUstream*, unsigned) = nullptr;
+  CUresult (*StreamDestroy)(CUstream) = nullptr;
+  CUresult (*StreamBeginCapture)(CUstream, int) = nullptr;
+  CUresult (*StreamEndCapture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*GraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
+  CUresult (*GraphLaunch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*GraphExecDestroy)(CUgraphExec) = nullptr;
+  CUresult (*GraphDestroy)(CUgraph) = nullptr;
+  bool graphs() const {
+    return StreamCreate && StreamDestroy && StreamBeginCapture && StreamEndCapture && GraphInstantiate && GraphLaunch && GraphExecDestroy &&
+           GraphDestroy;
+  }
 
   std::string error(CUresult r) const {
     const char* s = nullptr;
@@ -328,6 +343,14 @@ const Driver& driver() {
     need(d.MemcpyHtoD, {"cuMemcpyHtoD_v2"});
     need(d.MemcpyDtoH, {"cuMemcpyDtoH_v2"});
     need(d.MemsetD8, {"cuMemsetD8_v2"});
+    resolve(lib, d.StreamCreate, {"cuStreamCreate"});
+    resolve(lib, d.StreamDestroy, {"cuStreamDestroy_v2", "cuStreamDestroy"});
+    resolve(lib, d.StreamBeginCapture, {"cuStreamBeginCapture_v2"});
+    resolve(lib, d.StreamEndCapture, {"cuStreamEndCapture"});
+    resolve(lib, d.GraphInstantiate, {"cuGraphInstantiateWithFlags"});
+    resolve(lib, d.GraphLaunch, {"cuGraphLaunch"});
+    resolve(lib, d.GraphExecDestroy, {"cuGraphExecDestroy"});
+    resolve(lib, d.GraphDestroy, {"cuGraphDestroy"});
     if (!missing.empty())
       fail(ErrorKind::Unsupported, "volta-cuda: libcuda.so.1 lacks " + missing + " (NVIDIA driver too old)");
     if (CUresult r = d.Init(0)) fail(ErrorKind::Unsupported, "no CUDA device (cuInit: " + d.error(r) + ")");
@@ -369,7 +392,11 @@ class CudaApi final : public DeviceApi {
   }
 
   ~CudaApi() override {
-    if (d_.CtxSetCurrent(ctx_) == 0 && mod_) d_.ModuleUnload(mod_);
+    if (d_.CtxSetCurrent(ctx_) == 0) {
+      if (exec_) d_.GraphExecDestroy(exec_);
+      if (stream_) d_.StreamDestroy(stream_);
+      if (mod_) d_.ModuleUnload(mod_);
+    }
     d_.PrimaryCtxRelease(dev_);
   }
 
@@ -475,8 +502,37 @@ class CudaApi final : public DeviceApi {
       params.push_back(&values.back());
     }
     bind();
-    d_.check(d_.LaunchKernel(fns_[kernel], unsigned(groups), 1, 1, unsigned(local), 1, 1, 0, nullptr, params.data(), nullptr),
+    d_.check(d_.LaunchKernel(fns_[kernel], unsigned(groups), 1, 1, unsigned(local), 1, 1, 0, capturing_ ? stream_ : nullptr, params.data(),
+                             nullptr),
              "cuLaunchKernel");
+  }
+
+  // A CUDA graph: the launches are captured on a stream of our own, created blocking (flags 0) so
+  // that it and the legacy default stream, which the copies and memsets use, wait for each other:
+  // a replay starts after the inputs are uploaded, and the downloads wait for it.
+  bool begin_capture() override {
+    if (!d_.graphs()) return false;
+    bind();
+    if (!stream_) d_.check(d_.StreamCreate(&stream_, 0), "cuStreamCreate");
+    d_.check(d_.StreamBeginCapture(stream_, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */), "cuStreamBeginCapture");
+    capturing_ = true;
+    return true;
+  }
+  void end_capture() override {
+    capturing_ = false;
+    bind();
+    CUgraph g = nullptr;
+    d_.check(d_.StreamEndCapture(stream_, &g), "cuStreamEndCapture");
+    if (exec_) d_.GraphExecDestroy(exec_);
+    exec_ = nullptr;
+    const CUresult r = d_.GraphInstantiate(&exec_, g, 0);
+    d_.GraphDestroy(g);
+    d_.check(r, "cuGraphInstantiateWithFlags");
+  }
+  void replay_capture() override {
+    if (!exec_) fail(ErrorKind::Invalid, "CUDA: replay without a captured graph");
+    bind();
+    d_.check(d_.GraphLaunch(exec_, stream_), "cuGraphLaunch");
   }
 
   void finish() override {
@@ -498,6 +554,9 @@ class CudaApi final : public DeviceApi {
   CUcontext ctx_ = nullptr;
   CUmodule mod_ = nullptr;
   std::vector<CUfunction> fns_;
+  CUstream stream_ = nullptr;  // graphs: captured on and replayed into this stream
+  CUgraphExec exec_ = nullptr;
+  bool capturing_ = false;
   int sm_ = 0;
   const Nvrtc* nv_ = nullptr;
   nlohmann::json info_;

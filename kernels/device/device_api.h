@@ -51,6 +51,13 @@ class DeviceApi {
   virtual void launch(int kernel, const std::vector<KernelArg>& args, int64_t groups, int local) = 0;
   // Waits for everything launched so far.
   virtual void finish() = 0;
+  // Optional: one submission for a fixed sequence of launches (CUDA graphs). begin_capture()
+  // returns false where the backend has none; otherwise the launches until end_capture() are
+  // captured, not run, and each replay_capture() runs them in order, ordered like a launch with
+  // the copies before and after it.
+  virtual bool begin_capture() { return false; }
+  virtual void end_capture() {}
+  virtual void replay_capture() {}
 };
 
 }  // namespace nnfuse::device

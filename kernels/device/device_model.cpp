@@ -78,6 +78,8 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
   }
   int host = 0;
   for (auto& ks : m->prog_.stage_kernels) host += ks.empty();
+  m->host_stages_ = host;
+  if (const char* e = std::getenv("NNFUSE_DEVICE_GRAPH"); e && std::string(e) == "0") m->graph_replay_ = GraphReplay::Off;
   nlohmann::json forms = nlohmann::json::object();
   nlohmann::json blocks = nlohmann::json::object();
   for (auto& k : m->prog_.kernels) {
@@ -179,6 +181,32 @@ void DeviceModel::run_on_host(const Stage& st, std::map<int, Tensor>& dyn) const
   run_stage_reference(mod_, st, stage_written_buffers(mod_, st), input, output);
 }
 
+void DeviceModel::launch_stage(size_t i) const {
+  for (int k : prog_.stage_kernels[i]) {
+    const DeviceKernel& K = prog_.kernels[size_t(k)];
+    std::vector<KernelArg> args;
+    for (int b : K.buffers) args.push_back(arg(b));
+    if (K.scratch_bytes) {
+      KernelArg sc;
+      sc.mem = scratch_;
+      args.push_back(sc);
+    }
+    KernelArg st;
+    st.mem = status_;
+    args.push_back(st);
+    KernelArg id;
+    id.kind = KernelArg::Int64;
+    id.value = int64_t(i);
+    args.push_back(id);
+    try {
+      if (K.groups > 0) api_->launch(k, args, K.groups, K.local);
+    } catch (const Error& e) {
+      fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_node_list(mod_.graph, mod_.stages[i]) + "), kernel " + K.name +
+                                   ": " + e.what());
+    }
+  }
+}
+
 TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const {
   std::lock_guard<std::mutex> lock(run_mu_);
   DeviceApi& A = *api_;
@@ -204,41 +232,45 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
     const size_t i = status[1] >= 0 && size_t(status[1]) < mod_.stages.size() ? size_t(status[1]) : 0;
     fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_node_list(mod_.graph, mod_.stages[i]) + "): " + nnfuse_status_message(status[0]));
   };
-  for (size_t i = 0; i < mod_.stages.size(); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto& ks = prog_.stage_kernels[i];
-    if (!ks.empty()) {
-      for (int k : ks) {
-        const DeviceKernel& K = prog_.kernels[size_t(k)];
-        std::vector<KernelArg> args;
-        for (int b : K.buffers) args.push_back(arg(b));
-        if (K.scratch_bytes) {
-          KernelArg sc;
-          sc.mem = scratch_;
-          args.push_back(sc);
-        }
-        KernelArg st;
-        st.mem = status_;
-        args.push_back(st);
-        KernelArg id;
-        id.kind = KernelArg::Int64;
-        id.value = int64_t(i);
-        args.push_back(id);
+  // Without host stages the launch sequence is the same every run: captured once as a CUDA graph
+  // and replayed (one submission instead of one per kernel), unless timing stages or turned off.
+  if (!stage_ms && host_stages_ == 0 && graph_replay_ != GraphReplay::Off) {
+    if (graph_replay_ == GraphReplay::Untried) {
+      graph_replay_ = GraphReplay::Off;
+      if (A.begin_capture()) {
         try {
-          if (K.groups > 0) A.launch(k, args, K.groups, K.local);
-        } catch (const Error& e) {
-          fail(ErrorKind::Runtime, "stage " + mod_.stages[i].name + " (" + stage_node_list(mod_.graph, mod_.stages[i]) + "), kernel " + K.name +
-                                       ": " + e.what());
+          for (size_t i = 0; i < mod_.stages.size(); ++i) launch_stage(i);
+        } catch (...) {
+          try {
+            A.end_capture();
+          } catch (const Error&) {
+            // the launch's error is the one to report
+          }
+          throw;
         }
+        A.end_capture();
+        graph_replay_ = GraphReplay::Captured;
       }
-    } else {
-      A.finish();
-      check_status();  // a bad index before the host reads what it produced
-      run_on_host(mod_.stages[i], dyn);
     }
-    if (stage_ms) {
-      A.finish();
-      (*stage_ms)[i] = ms_since(t0);
+    if (graph_replay_ == GraphReplay::Captured) {
+      A.replay_capture();
+    } else {
+      for (size_t i = 0; i < mod_.stages.size(); ++i) launch_stage(i);
+    }
+  } else {
+    for (size_t i = 0; i < mod_.stages.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!prog_.stage_kernels[i].empty()) {
+        launch_stage(i);
+      } else {
+        A.finish();
+        check_status();  // a bad index before the host reads what it produced
+        run_on_host(mod_.stages[i], dyn);
+      }
+      if (stage_ms) {
+        A.finish();
+        (*stage_ms)[i] = ms_since(t0);
+      }
     }
   }
   A.finish();
@@ -292,6 +324,10 @@ nlohmann::json DeviceModel::info() const {
   int64_t gen = 0;
   for (auto& ks : prog_.stage_kernels) gen += !ks.empty();
   j["generated_stages"] = gen;
+  {
+    std::lock_guard<std::mutex> lock(run_mu_);
+    j["graph_replay"] = graph_replay_ == GraphReplay::Captured;  // after a run: whether it replays a captured graph
+  }
   return j;
 }
 

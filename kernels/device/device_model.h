@@ -38,6 +38,7 @@ class DeviceModel {
  private:
   DeviceModel() = default;
   TensorMap run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const;
+  void launch_stage(size_t stage) const;
   void run_on_host(const Stage& st, std::map<int, Tensor>& dyn) const;
   KernelArg arg(int buffer) const;
   // A buffer's shape in this run: a capacity buffer's rows are its row count on the device.
@@ -52,6 +53,11 @@ class DeviceModel {
   std::vector<DeviceMemory> own_;  // per buffer: its own allocation (weights, inputs, outputs), or none
   nlohmann::json build_info_;
   mutable std::mutex run_mu_;
+  int host_stages_ = 0;
+  // Runs with no host stage replay a captured launch sequence where the backend can
+  // (DeviceApi::begin_capture); NNFUSE_DEVICE_GRAPH=0 turns it off.
+  enum class GraphReplay { Untried, Captured, Off };
+  mutable GraphReplay graph_replay_ = GraphReplay::Untried;
 };
 
 }  // namespace nnfuse::device

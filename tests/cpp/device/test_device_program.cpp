@@ -236,6 +236,37 @@ TEST_CASE("device: every tiny zoo model's CUDA C compiles for sm_70 without spil
   }
 }
 
+TEST_CASE("device: on a CUDA GPU every tiny zoo model matches the reference, replaying a captured graph", "[device][cuda]") {
+  try {
+    make_cuda_api();
+  } catch (const Error& e) {
+    WARN("no CUDA GPU here (" << e.what() << "): skipped");
+    return;
+  }
+  for (const auto& name : kTinyZoo) {
+    Model m = build_zoo_model(name, ZooOptions{});
+    FusionPlan plan = plan_for(m.graph, "volta-cuda");
+    auto dm = DeviceModel::build(m.graph, &plan, make_cuda_api(), "volta-cuda");
+    // Three runs with new inputs each: the first captures the launches, the others replay them
+    // (models with host stages launch kernel by kernel).
+    for (int run = 0; run < 3; ++run) {
+      TensorMap feeds = random_feeds(m.graph, 20 + run);
+      check_close(dm->run(feeds), run_reference(m.graph, feeds), name + " run " + std::to_string(run), 1e-3, 1e-3);
+    }
+    const auto info = dm->info();
+    INFO(name << ": " << info.dump());
+    CHECK(info["graph_replay"].get<bool>() == (info["host_stages"].get<int>() == 0));
+  }
+  ::setenv("NNFUSE_DEVICE_GRAPH", "0", 1);
+  Model m = build_zoo_model("bert_tiny", ZooOptions{});
+  FusionPlan plan = plan_for(m.graph, "volta-cuda");
+  auto dm = DeviceModel::build(m.graph, &plan, make_cuda_api(), "volta-cuda");
+  ::unsetenv("NNFUSE_DEVICE_GRAPH");
+  TensorMap feeds = random_feeds(m.graph, 30);
+  check_close(dm->run(feeds), run_reference(m.graph, feeds), "bert_tiny without graphs", 1e-3, 1e-3);
+  CHECK_FALSE(dm->info()["graph_replay"].get<bool>());
+}
+
 TEST_CASE("device: the program cache keys by content and stores atomically", "[device]") {
   CHECK(program_key({"ab", "c"}) != program_key({"a", "bc"}));
   CHECK(program_key({"x"}) == program_key({"x"}));
