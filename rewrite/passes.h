@@ -13,6 +13,7 @@
 //   decompose-attention                 Attention (opset 23) -> MatMul/Softmax/MatMul for fused attention
 //   decompose-rms-norm                  RMSNormalization (opset 23) -> ReduceMean chain the generator lowers
 //   decompose-rotary-embedding          RotaryEmbedding (opset 23) -> Slice/Mul/Concat the generator lowers
+//   qdq-to-float                        QuantizeLinear -> DequantizeLinear on activations -> float ops the planner fuses
 // Every pass counts what it did in PassContext::rules_fired under its own name.
 
 namespace nnfuse {

@@ -20,6 +20,7 @@ void register_structural_passes() {
   passes::register_decompose_attention_pass();
   passes::register_decompose_rms_norm_pass();
   passes::register_decompose_rotary_embedding_pass();
+  passes::register_qdq_to_float_pass();
 }
 
 namespace passes {

@@ -22,6 +22,7 @@ void register_fold_transpose_into_gemm_pass();
 void register_decompose_attention_pass();
 void register_decompose_rms_norm_pass();
 void register_decompose_rotary_embedding_pass();
+void register_qdq_to_float_pass();
 
 // The value has exactly one consumer and is not a graph output.
 bool single_use(const Graph& g, const std::string& v);

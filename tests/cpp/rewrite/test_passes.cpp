@@ -680,3 +680,43 @@ TEST_CASE("passes keep values that subgraph bodies read by name", "[passes]") {
     REQUIRE(want.begin()->second.to_float_vector() == got.begin()->second.to_float_vector());
   }
 }
+
+// ---------------------------------------------------------------- qdq-to-float
+TEST_CASE("qdq-to-float turns per-tensor activation QDQ pairs into float ops, bit for bit", "[passes]") {
+  GraphBuilder b("qdq", 17, 13);
+  auto x = b.input("x", DType::Float32, {1, 4, 6, 6});
+  auto c = b.op("Conv", {x, b.weight("w", {4, 4, 3, 3}, 0.3f)}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  // uint8 with a zero point; one QuantizeLinear read by two DequantizeLinear nodes (ORT writes
+  // one per consumer), the second with its own scale and zero point.
+  auto s1 = b.scalar("s1", 0.05f);
+  auto z1 = b.constant("z1", Tensor::from_vector<uint8_t>({}, {128}));
+  auto q1 = b.op("QuantizeLinear", {c, s1, z1});
+  auto d1 = b.op("DequantizeLinear", {q1, s1, z1});
+  auto d2 = b.op("DequantizeLinear", {q1, b.scalar("s2", 0.04f), b.constant("z2", Tensor::from_vector<uint8_t>({1}, {120}))});
+  // int8 without zero points, after a Relu.
+  auto q3 = b.op("QuantizeLinear", {b.op("Relu", {d1}), b.scalar("s3", 0.02f)});
+  b.output(b.op("Add", {b.op("DequantizeLinear", {q3, b.scalar("s4", 0.02f)}), d2}));
+  // Near misses: a per-channel pair, and a pair whose scale is a runtime input.
+  auto pc = b.weight("pc", {4}, 0.1f);
+  auto pz = b.constant("pz", Tensor::from_vector<int8_t>({4}, {0, 1, -1, 2}));
+  auto qpc = b.op("QuantizeLinear", {c, pc, pz}, GraphBuilder::attrs({{"axis", A::i(1)}}));
+  b.output(b.op("DequantizeLinear", {qpc, pc, pz}, GraphBuilder::attrs({{"axis", A::i(1)}})));
+  auto rs = b.input("rs", DType::Float32, {});
+  b.output(b.op("DequantizeLinear", {b.op("QuantizeLinear", {c, rs}), rs}));
+  Model m = b.finish();
+  Graph before = m.graph;
+  PassContext ctx = run_pipeline(m, "pass qdq-to-float\npass dce\n");
+  CHECK(ctx.rules_fired["qdq-to-float"] == 3);
+  auto h = histogram(m.graph);
+  CHECK(h["QuantizeLinear"] == 2);  // the near misses
+  CHECK(h["DequantizeLinear"] == 2);
+  CHECK(h["Round"] == 3);
+  // Exact: the same float division, rounding and integer arithmetic as the reference kernels.
+  TensorMap feeds = random_feeds(before, 11);
+  feeds["rs"] = Tensor::from_vector<float>({}, {0.07f});
+  const TensorMap want = run_reference(before, feeds), got = run_reference(m.graph, feeds);
+  for (auto& name : before.outputs()) {
+    INFO("output " << name);
+    CHECK(want.at(name).to_float_vector() == got.at(name).to_float_vector());
+  }
+}
