@@ -19,39 +19,17 @@
 #include "kernels/device/program_cache.h"
 #include "kernels/opencl/opencl_api.h"
 #include "graph/builder.h"
+#include "tests/cpp/device/device_test_util.h"
 
 using namespace nnfuse;
 using namespace nnfuse::device;
+using nnfuse::device_test::check_close;
+using nnfuse::device_test::plan_for;
 
 namespace {
 
 const std::vector<std::string> kTinyZoo = {"resnet_tiny", "mobilenet_tiny", "efficientnet_tiny", "ssd_tiny",
                                            "bert_tiny",   "gpt2_tiny",      "vit_tiny",          "lstm_tiny"};
-
-void check_close(const TensorMap& got, const TensorMap& want, const std::string& what, double rtol = 1e-4, double atol = 1e-4) {
-  for (auto& [name, w] : want) {
-    INFO(what << " output " << name);
-    REQUIRE(got.count(name));
-    const Tensor& g = got.at(name);
-    REQUIRE(g.shape() == w.shape());
-    REQUIRE(g.dtype() == w.dtype());
-    if (w.dtype() != DType::Float32) {
-      CHECK(g.to_int_vector() == w.to_int_vector());
-      continue;
-    }
-    const float* a = g.data<float>();
-    const float* b = w.data<float>();
-    int64_t bad = 0;
-    for (int64_t i = 0; i < w.numel(); ++i) bad += !(std::fabs(a[i] - b[i]) <= atol + rtol * std::fabs(b[i]));
-    CHECK(bad == 0);
-  }
-}
-
-FusionPlan plan_for(const Graph& g, const std::string& target) {
-  PlanOptions po;
-  po.profile = false;
-  return plan_fusion(g, target_by_name(target), po);
-}
 
 // CI installs PoCL and NVRTC (scripts/setup.sh): there a missing one is a failure, elsewhere a warning.
 bool required(const char* what) {

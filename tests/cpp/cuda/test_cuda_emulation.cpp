@@ -1,0 +1,208 @@
+// The CUDA spelling of the device kernels, run on the host (issue 17: testable without a GPU).
+// The program DeviceModel builds for volta-cuda (cuda_prelude() + the device kernel form) is
+// compiled by the host C++ compiler after an emulation header that spells CUDA's names in C++:
+// each thread block's threads are host threads, __syncthreads() a barrier among them,
+// __shared__ arrays function statics (one block runs at a time), blockIdx/threadIdx thread-locals.
+// The kernels then run through the same DeviceModel as on a GPU and are checked against the
+// reference interpreter.
+//
+// What this cannot catch: warp scheduling and anything that depends on it (there are no warp
+// intrinsics in the kernels yet), the GPU memory model across blocks (blocks run one after
+// another here), NVRTC-only spelling (the sm_70 compile test covers that), timing and resources
+// (registers, shared memory: the ptxas report covers those), and fast-math differences of the
+// device's libm.
+#include <catch2/catch.hpp>
+
+#include <barrier>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <filesystem>
+#include <set>
+#include <fstream>
+#include <thread>
+#include <unistd.h>
+
+#include "fusion/planner.h"
+#include "fusion/target.h"
+#include "graph/error.h"
+#include "graph/interpreter.h"
+#include "graph/zoo.h"
+#include "kernels/cuda/cuda_api.h"
+#include "kernels/device/device_model.h"
+#include "tests/cpp/device/device_test_util.h"
+
+using namespace nnfuse;
+using namespace nnfuse::device;
+using nnfuse::device_test::check_close;
+using nnfuse::device_test::plan_for;
+
+namespace {
+
+// Spells the CUDA names cuda_prelude() and the kernels use, for a host C++ compiler.
+const char* kEmulationHeader = R"(#include <cmath>
+#include <cstring>
+using namespace std;  // CUDA's float overloads (exp, tanh, erf, rint, ...) are std's here
+struct nf_dim3 { unsigned x, y, z; };
+static thread_local nf_dim3 threadIdx, blockIdx, blockDim;
+#define __global__
+#define __device__
+#define __shared__ static
+#define __restrict__ __restrict
+static void (*nf_sync)(void);
+static inline void __syncthreads() { nf_sync(); }
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
+extern "C" void nf_emu_set_sync(void (*f)(void)) { nf_sync = f; }
+extern "C" void nf_emu_set_ids(unsigned t, unsigned b, unsigned n) { threadIdx = {t, 0, 0}; blockIdx = {b, 0, 0}; blockDim = {n, 0, 0}; }
+)";
+
+std::barrier<>* g_block_barrier = nullptr;  // the running launch's barrier (one launch at a time)
+void block_sync() { g_block_barrier->arrive_and_wait(); }
+
+class CudaEmulationApi final : public DeviceApi {
+ public:
+  CudaEmulationApi() {
+    dir_ = std::filesystem::temp_directory_path() / ("nnfuse_cuda_emu_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    std::filesystem::create_directories(dir_);
+  }
+  ~CudaEmulationApi() override {
+    if (lib_) ::dlclose(lib_);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string backend() const override { return "cuda-emulation"; }
+  nlohmann::json device_info() const override { return {{"name", "CUDA emulation on the host"}}; }
+  std::string prelude() const override { return std::string(kEmulationHeader) + cuda_prelude(); }
+  std::string build_log() const override { return log_; }
+
+  // Compiles the program with one trampoline per kernel, which takes its parameters as an array
+  // of 64-bit words (every kernel parameter is a pointer or an i64: device_program.cpp).
+  void build(const std::string& source, const std::vector<std::string>& kernels) override {
+    std::string text = source;
+    std::set<std::string> seen;  // stages that share an entry point name it once each
+    for (const auto& name : kernels) {
+      if (!seen.insert(name).second) continue;
+      const std::string head = "NF_KERNEL void " + name + "(";
+      const size_t at = source.find(head);
+      if (at == std::string::npos) fail(ErrorKind::Runtime, "emulation: kernel " + name + " not in the program");
+      const size_t end = source.find(')', at);
+      std::string call;
+      size_t start = at + head.size();
+      for (int i = 0; start < end; ++i) {
+        size_t comma = source.find(',', start);
+        if (comma == std::string::npos || comma > end) comma = end;
+        const std::string param = source.substr(start, comma - start);
+        call += std::string(i ? ", " : "") + (param.find('*') != std::string::npos ? "(u8*)a[" : "(i64)a[") + std::to_string(i) + "]";
+        start = comma + 1;
+      }
+      text += "extern \"C\" void " + name + "_emu(const unsigned long long* a) { " + name + "(" + call + "); }\n";
+    }
+    const auto src = dir_ / "program.cpp", so = dir_ / ("program" + std::to_string(builds_++) + ".so"), log = dir_ / "build.log";
+    std::ofstream(src) << text;
+    const char* cxx = std::getenv("NNFUSE_CXX");
+    const std::string cmd = std::string(cxx && *cxx ? cxx : "g++") + " -std=c++17 -O1 -shared -fPIC -w -o " + so.string() + " " + src.string() +
+                            " > " + log.string() + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream in(log);
+    log_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (rc != 0) fail(ErrorKind::Runtime, "emulation: the host compiler refused the CUDA program:\n" + log_.substr(0, 4000));
+    if (lib_) ::dlclose(lib_);
+    lib_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) fail(ErrorKind::Runtime, std::string("emulation: dlopen: ") + ::dlerror());
+    auto sym = [&](const std::string& n) {
+      void* p = ::dlsym(lib_, n.c_str());
+      if (!p) fail(ErrorKind::Runtime, "emulation: no symbol " + n);
+      return p;
+    };
+    reinterpret_cast<void (*)(void (*)(void))>(sym("nf_emu_set_sync"))(&block_sync);
+    set_ids_ = reinterpret_cast<void (*)(unsigned, unsigned, unsigned)>(sym("nf_emu_set_ids"));
+    fns_.clear();
+    for (const auto& name : kernels) fns_.push_back(reinterpret_cast<void (*)(const unsigned long long*)>(sym(name + "_emu")));
+  }
+
+  DeviceMemory alloc(int64_t bytes) override {
+    auto* p = static_cast<uint8_t*>(std::calloc(size_t(std::max<int64_t>(bytes, 1)), 1));
+    return {reinterpret_cast<uint64_t>(p), bytes};
+  }
+  void release(DeviceMemory m) override { std::free(reinterpret_cast<void*>(m.handle)); }
+  void upload(DeviceMemory dst, int64_t offset, const void* src, int64_t bytes) override {
+    REQUIRE(offset + bytes <= dst.bytes);
+    if (bytes) std::memcpy(reinterpret_cast<uint8_t*>(dst.handle) + offset, src, size_t(bytes));
+  }
+  void download(DeviceMemory src, int64_t offset, void* dst, int64_t bytes) override {
+    REQUIRE(offset + bytes <= src.bytes);
+    if (bytes) std::memcpy(dst, reinterpret_cast<const uint8_t*>(src.handle) + offset, size_t(bytes));
+  }
+  void fill_zero(DeviceMemory m) override { std::memset(reinterpret_cast<void*>(m.handle), 0, size_t(m.bytes)); }
+
+  // The block's `local` threads run it together; blocks run one after another (a barrier at the
+  // end of each keeps the function-static __shared__ arrays to one block at a time).
+  void launch(int kernel, const std::vector<KernelArg>& args, int64_t groups, int local) override {
+    std::vector<unsigned long long> words;
+    for (const KernelArg& a : args) {
+      if (a.kind == KernelArg::Buffer) words.push_back(a.mem.handle);
+      words.push_back(static_cast<unsigned long long>(a.value));
+    }
+    std::barrier<> bar(local);
+    g_block_barrier = &bar;
+    auto fn = fns_.at(size_t(kernel));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < local; ++t)
+      threads.emplace_back([&, t] {
+        for (int64_t b = 0; b < groups; ++b) {
+          set_ids_(unsigned(t), unsigned(b), unsigned(local));
+          fn(words.data());
+          bar.arrive_and_wait();
+        }
+      });
+    for (auto& th : threads) th.join();
+    g_block_barrier = nullptr;
+  }
+  void finish() override {}
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path dir_;
+  void* lib_ = nullptr;
+  int builds_ = 0;
+  std::string log_;
+  void (*set_ids_)(unsigned, unsigned, unsigned) = nullptr;
+  std::vector<void (*)(const unsigned long long*)> fns_;
+};
+
+}  // namespace
+
+TEST_CASE("cuda emulation: every tiny zoo model's CUDA C runs on the host and matches the reference", "[device][cuda]") {
+  for (const char* name : {"resnet_tiny", "mobilenet_tiny", "efficientnet_tiny", "ssd_tiny", "bert_tiny", "gpt2_tiny", "vit_tiny", "lstm_tiny"}) {
+    Model m = build_zoo_model(name, ZooOptions{});
+    FusionPlan plan = plan_for(m.graph, "volta-cuda");
+    auto dm = DeviceModel::build(m.graph, &plan, std::make_unique<CudaEmulationApi>(), "volta-cuda");
+    INFO(name << ": " << dm->info().dump());
+    CHECK(dm->info()["kernels"].get<int>() > 0);
+    TensorMap feeds = random_feeds(m.graph, 9);
+    check_close(dm->run(feeds), run_reference(m.graph, feeds), name);
+  }
+}
+
+TEST_CASE("cuda emulation: tiled kernels with 4 x 4 register blocks, split-K and barriers match the reference", "[device][cuda]") {
+  // BERT-tiny's products and ResNet-tiny's convs at R = 4 and k tiles of 8: several
+  // __syncthreads per block, partial tiles, split-K sums.
+  ::setenv("NNFUSE_DEVICE_REGISTER_BLOCK", "4", 1);
+  ::setenv("NNFUSE_DEVICE_K_TILE", "8", 1);
+  ::setenv("NNFUSE_DEVICE_SPLIT_K", "64", 1);
+  for (const char* name : {"bert_tiny", "resnet_tiny"}) {
+    Model m = build_zoo_model(name, ZooOptions{});
+    FusionPlan plan = plan_for(m.graph, "volta-cuda");
+    auto dm = DeviceModel::build(m.graph, &plan, std::make_unique<CudaEmulationApi>(), "volta-cuda");
+    INFO(name << ": " << dm->info().dump());
+    CHECK(dm->info()["register_blocks"].contains("4"));
+    const auto forms = dm->info()["kernel_forms"];
+    CHECK((forms.contains("tiled_gemm_split_sum") || forms.contains("implicit_gemm_conv_split_sum")));
+    TensorMap feeds = random_feeds(m.graph, 10);
+    check_close(dm->run(feeds), run_reference(m.graph, feeds), name);
+  }
+  ::unsetenv("NNFUSE_DEVICE_REGISTER_BLOCK");
+  ::unsetenv("NNFUSE_DEVICE_K_TILE");
+  ::unsetenv("NNFUSE_DEVICE_SPLIT_K");
+}

@@ -1,0 +1,40 @@
+#pragma once
+// Shared by the device tests (PoCL, CUDA emulation, a CUDA GPU): outputs against the reference.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+
+#include "fusion/planner.h"
+#include "fusion/target.h"
+#include "graph/interpreter.h"
+
+namespace nnfuse::device_test {
+
+inline void check_close(const TensorMap& got, const TensorMap& want, const std::string& what, double rtol = 1e-4, double atol = 1e-4) {
+  for (auto& [name, w] : want) {
+    INFO(what << " output " << name);
+    REQUIRE(got.count(name));
+    const Tensor& g = got.at(name);
+    REQUIRE(g.shape() == w.shape());
+    REQUIRE(g.dtype() == w.dtype());
+    if (w.dtype() != DType::Float32) {
+      CHECK(g.to_int_vector() == w.to_int_vector());
+      continue;
+    }
+    const float* a = g.data<float>();
+    const float* b = w.data<float>();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) bad += !(std::fabs(a[i] - b[i]) <= atol + rtol * std::fabs(b[i]));
+    CHECK(bad == 0);
+  }
+}
+
+// The fusion plan for a target, by the cost models alone (no timing in tests).
+inline FusionPlan plan_for(const Graph& g, const std::string& target) {
+  PlanOptions po;
+  po.profile = false;
+  return plan_fusion(g, target_by_name(target), po);
+}
+
+}  // namespace nnfuse::device_test
