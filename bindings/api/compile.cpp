@@ -103,7 +103,7 @@ void register_builtin_backends() {
 
 }  // namespace
 
-nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan) {
+nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan, const std::string& cuda_arch) {
   try {
     LowerOptions lo;
     lo.layout_block = 0;
@@ -116,7 +116,27 @@ nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan) {
       if (!p.stage_kernels[i].empty()) continue;
       host.push_back({{"stage", km.stages[i].name}, {"ops", stage_node_list(g, km.stages[i])}, {"reason", p.host_reason[i]}});
     }
-    return {{"kernels", p.kernels.size()}, {"entry_points", entries.size()}, {"host_stages", host}};
+    nlohmann::json rep = {{"kernels", p.kernels.size()}, {"entry_points", entries.size()}, {"host_stages", host}};
+    if (!cuda_arch.empty()) {
+      try {
+        const device::CudaCompileReport c = device::cuda_compile_check(device::cuda_prelude() + p.source, cuda_arch);
+        int64_t regs = 0, spills = 0, shared = 0;
+        for (auto& k : c.kernels) {
+          regs = std::max<int64_t>(regs, k.registers);
+          spills = std::max<int64_t>({spills, int64_t(k.spill_stores), int64_t(k.spill_loads)});
+          shared = std::max<int64_t>(shared, k.shared_bytes);
+        }
+        nlohmann::json cj = device::to_json(c);
+        cj.erase("log");
+        cj["max_registers"] = regs;
+        cj["max_spill_bytes"] = spills;
+        cj["max_shared_bytes"] = shared;
+        rep["cuda_compile"] = cj;
+      } catch (const Error& e) {
+        rep["cuda_compile"] = {{"error", e.what()}};
+      }
+    }
+    return rep;
   } catch (const Error& e) {
     return {{"error", e.what()}};
   }

@@ -53,7 +53,10 @@ std::unique_ptr<Executable> compile(const Model& m, const FusionPlan* plan, cons
 // For a GPU target (mali-opencl, volta-cuda) without compiling: the plan lowered and printed as
 // device kernels, with the stages that would run on the host and why ({kernels, entry_points,
 // host_stages: [{stage, ops, reason}]}, or {error} when it cannot be lowered, e.g. dynamic shapes).
-nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan);
+// With `cuda_arch` ("sm_70"), the CUDA spelling is also compiled with NVRTC for that architecture
+// (no GPU needed) and `cuda_compile` gives registers, spills and shared memory per entry point
+// with their maxima, or {error} (no NVRTC for it, a compile error).
+nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan, const std::string& cuda_arch = "");
 
 // Deployable artifacts of CPU targets (`nnfuse compile -o DIR`): a shared library, the optimized
 // model with its weights, and the plan. Loading needs no compiler.

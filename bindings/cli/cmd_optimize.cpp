@@ -32,6 +32,7 @@ int run_optimize(const ParsedArgs& args) {
   o.profile_cache = args.get("--profile-cache");
   o.verify = args.has("--verify");
   target_by_name(o.target);  // an unknown target fails before any work
+  if (args.has("--cuda-arch") && o.target != "volta-cuda") fail(ErrorKind::Invalid, "--cuda-arch needs --target volta-cuda");
   OptimizeResult r = optimize(m, o);
   nlohmann::json& rep = r.report;
   rep["model"] = path;
@@ -52,7 +53,7 @@ int run_optimize(const ParsedArgs& args) {
     }
   }
   // GPU targets: which stages would run on the host between device launches.
-  if (r.plan && (o.target == "mali-opencl" || o.target == "volta-cuda")) rep["device"] = device_stage_report(m.graph, *r.plan);
+  if (r.plan && (o.target == "mali-opencl" || o.target == "volta-cuda")) rep["device"] = device_stage_report(m.graph, *r.plan, args.get("--cuda-arch", ""));
   if (args.json()) {
     print_json(rep);
     return 0;
@@ -85,6 +86,14 @@ int run_optimize(const ParsedArgs& args) {
                 << d["host_stages"].size() << "\n";
       for (auto& h : d["host_stages"])
         std::cout << "  " << h["stage"].get<std::string>() << " (" << h["ops"].get<std::string>() << "): " << h["reason"].get<std::string>() << "\n";
+      if (d.contains("cuda_compile")) {
+        const auto& c = d["cuda_compile"];
+        if (c.contains("error")) std::cout << "CUDA compile: failed (" << c["error"].get<std::string>() << ")\n";
+        else
+          std::cout << "CUDA compile for " << c["arch"].get<std::string>() << ": " << c["kernels"].size() << " entry points, at most "
+                    << c["max_registers"] << " registers, " << c["max_spill_bytes"] << " spill bytes, " << c["max_shared_bytes"]
+                    << " shared bytes (" << c["nvrtc"].get<std::string>() << ")\n";
+      }
     }
   }
   for (auto& w : r.report["warnings"]) std::cerr << "nnfuse: warning: " << w.get<std::string>() << "\n";
@@ -109,6 +118,7 @@ Command optimize_command() {
       {"--export-rewritten", "", "OUT.onnx", "write the graph after rewriting, before fusion (runs in ONNX Runtime)"},
       {"--export-fused", "", "OUT.onnx", "write fused blocks as nnfuse-domain function nodes (for Netron)"},
       {"--dot", "", "OUT.dot", "draw the fusion blocks as Graphviz clusters coloured by mapping type"},
+      {"--cuda-arch", "", "ARCH", "volta-cuda: also compile the kernels with NVRTC for ARCH (e.g. sm_70; no GPU needed) and report registers, spills and shared memory"},
       {"--verify", "", "", "validate the graph after every pass"},
       {"--json", "", "", "print the optimize report as one JSON object"},
   };

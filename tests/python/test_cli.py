@@ -480,6 +480,12 @@ def test_unknown_option_is_error(twoin):
     assert_one_line_error(p, "--frobnicate")
 
 
+def test_cuda_arch_needs_the_cuda_target(convnet):
+    p = nnfuse("optimize", convnet, "--cuda-arch", "sm_70")
+    assert p.returncode != 0
+    assert_one_line_error(p, "--target volta-cuda")
+
+
 # ---------------------------------------------------------------- zoo and demo
 
 def test_zoo_list_json():

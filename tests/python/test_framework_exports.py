@@ -796,6 +796,25 @@ def test_inspect_with_shape_binding(cli, case):
             f"output {o['name']}: inferred {_dims(o)} with the dims bound, ORT computes {list(want_out[o['name']].shape)}")
 
 
+def test_volta_cuda_kernels_compile_for_sm70_without_spills(cli, case):
+    # The CUDA spelling of every export's device kernels through NVRTC for Volta (no GPU needed):
+    # no spills, at most 128 registers (two 256-thread blocks per SM) and 48 KiB of shared memory.
+    ec, path = case
+    rep = cli.ok("optimize", path, *shape_args(ec), "--target", "volta-cuda", "--cuda-arch", "sm_70", "--no-profile")
+    dev = rep["device"]
+    assert "error" not in dev, dev
+    cc = dev["cuda_compile"]
+    if "error" in cc:
+        if "NVRTC" in cc["error"] and not os.environ.get("CI"):
+            pytest.skip(f"no NVRTC for sm_70 here (pip install nvidia-cuda-nvrtc-cu12): {cc['error'][:200]}")
+        pytest.fail(cc["error"][:2000])
+    assert len(cc["kernels"]) == dev["entry_points"]
+    assert cc["max_spill_bytes"] == 0, [k for k in cc["kernels"] if k["spill_stores"] or k["spill_loads"]]
+    assert cc["max_registers"] <= 128
+    assert cc["max_registers"] > 0 or dev["entry_points"] == 0  # an If-wrapped model may keep every stage on the host
+    assert cc["max_shared_bytes"] <= 48 * 1024
+
+
 def test_convert_round_trip_matches_ort(cli, case, workdir):
     ec, path = case
     out = workdir / "converted.onnx"
