@@ -7,9 +7,12 @@
 // the reference's bit for bit: x / s_q is the same float division, Round rounds half to even like
 // QuantizeLinear, and the integers involved are exact in float. The weights' DequantizeLinear
 // nodes are constant and folded by constant-folding; this pass is for activations.
-// Condition: x float32; scales float32 and zero points 8/16-bit integers, each one element and
-// constant; no blocked quantization. The QuantizeLinear stays while other nodes read it (dce
-// drops it otherwise).
+// Condition: x float32; scales float32 and zero points 8/16-bit integers of the quantized type,
+// each one element (rank 0 or 1) and constant; no blocked quantization; the DequantizeLinear's
+// output not read by name from an If/Loop/Scan body. The QuantizeLinear stays while other nodes
+// read it (dce drops it otherwise).
+// One difference: a NaN input. QuantizeLinear's reference kernel clamps it to the type's lowest
+// value; the float form's Max and Min propagate NaN, as ONNX's Max and Min do.
 #include <cmath>
 
 #include "rewrite/passes_util.h"
@@ -17,11 +20,11 @@
 namespace nnfuse::passes {
 namespace {
 
-// A one-element constant as a double, or nullopt.
+// A one-element constant of rank 0 or 1 (a per-tensor parameter) as a double, or nullopt.
 std::optional<double> scalar_constant(const Graph& g, const std::string& v) {
   if (v.empty()) return std::nullopt;
   const Tensor* t = g.constant_value(v);
-  if (!t || t->numel() != 1) return std::nullopt;
+  if (!t || t->numel() != 1 || t->rank() > 1) return std::nullopt;
   return t->as_double(0);
 }
 
@@ -35,9 +38,9 @@ bool integer_range(DType dt, double& lo, double& hi) {
   }
 }
 
-bool apply(Graph& g, NodeId id) {
+bool apply(Graph& g, NodeId id, const std::set<std::string>& body_reads) {
   const Node dq = g.node(id);
-  if (dq.inputs.size() < 2 || dq.outputs.empty() || dq.outputs[0].empty()) return false;
+  if (dq.inputs.size() < 2 || dq.outputs.empty() || dq.outputs[0].empty() || body_reads.count(dq.outputs[0])) return false;
   if (dq.attrs.get_int("block_size", 0) != 0) return false;
   const std::string& q_out = dq.inputs[0];
   const auto producer = g.producer(q_out);
@@ -56,6 +59,9 @@ bool apply(Graph& g, NodeId id) {
   const auto z_q = has_zq ? scalar_constant(g, q.inputs[2]) : std::optional<double>(0.0);
   const auto z_dq = has_zdq ? scalar_constant(g, dq.inputs[2]) : std::optional<double>(0.0);
   if (!z_q || !z_dq) return false;
+  // Zero points, where given, are of the quantized type (the op's own type check, kept here).
+  if ((has_zq && g.type(q.inputs[2]).dtype != g.type(q_out).dtype) || (has_zdq && g.type(dq.inputs[2]).dtype != g.type(q_out).dtype))
+    return false;
   const std::string out = dq.outputs[0];
   const NodeMaker op{g, dq.name.empty() ? "qdq" : dq.name};
   std::string v = op("Round", {op("Div", {x, op.scalar("scale", float(*s_q))})});
@@ -68,7 +74,10 @@ bool apply(Graph& g, NodeId id) {
   return true;
 }
 
-void run(PassContext& ctx, const PassArgs&) { rewrite_each(ctx, "DequantizeLinear", "qdq-to-float", apply); }
+void run(PassContext& ctx, const PassArgs&) {
+  const std::set<std::string> body_reads = names_read_by_subgraphs(ctx.graph());
+  rewrite_each(ctx, "DequantizeLinear", "qdq-to-float", [&](Graph& g, NodeId id) { return apply(g, id, body_reads); });
+}
 
 }  // namespace
 

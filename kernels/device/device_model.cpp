@@ -79,7 +79,11 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
   int host = 0;
   for (auto& ks : m->prog_.stage_kernels) host += ks.empty();
   m->host_stages_ = host;
-  if (const char* e = std::getenv("NNFUSE_DEVICE_GRAPH"); e && std::string(e) == "0") m->graph_replay_ = GraphReplay::Off;
+  if (const char* e = std::getenv("NNFUSE_DEVICE_GRAPH"); e && *e) {
+    const std::string v = e;
+    if (v != "0" && v != "1") fail(ErrorKind::Invalid, "NNFUSE_DEVICE_GRAPH='" + v + "': expected 1 (replay a captured graph where possible) or 0");
+    if (v == "0") m->graph_replay_ = GraphReplay::Off;
+  }
   nlohmann::json forms = nlohmann::json::object();
   nlohmann::json blocks = nlohmann::json::object();
   for (auto& k : m->prog_.kernels) {
@@ -236,8 +240,17 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
   // and replayed (one submission instead of one per kernel), unless timing stages or turned off.
   if (!stage_ms && host_stages_ == 0 && graph_replay_ != GraphReplay::Off) {
     if (graph_replay_ == GraphReplay::Untried) {
+      // A backend failing to capture (no stream, an invalidated capture, a graph it cannot
+      // instantiate) costs the replay, not the run: its reason goes to info() and the kernels
+      // launch one by one. A launch's own error is the run's.
       graph_replay_ = GraphReplay::Off;
-      if (A.begin_capture()) {
+      bool began = false;
+      try {
+        began = A.begin_capture();
+      } catch (const Error& e) {
+        graph_error_ = e.what();
+      }
+      if (began) {
         try {
           for (size_t i = 0; i < mod_.stages.size(); ++i) launch_stage(i);
         } catch (...) {
@@ -248,8 +261,12 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
           }
           throw;
         }
-        A.end_capture();
-        graph_replay_ = GraphReplay::Captured;
+        try {
+          A.end_capture();
+          graph_replay_ = GraphReplay::Captured;
+        } catch (const Error& e) {
+          graph_error_ = e.what();
+        }
       }
     }
     if (graph_replay_ == GraphReplay::Captured) {
@@ -324,9 +341,10 @@ nlohmann::json DeviceModel::info() const {
   int64_t gen = 0;
   for (auto& ks : prog_.stage_kernels) gen += !ks.empty();
   j["generated_stages"] = gen;
+  j["graph_replay"] = graph_replay_.load() == GraphReplay::Captured;  // after a run: whether it replays a captured graph
   {
     std::lock_guard<std::mutex> lock(run_mu_);
-    j["graph_replay"] = graph_replay_ == GraphReplay::Captured;  // after a run: whether it replays a captured graph
+    if (!graph_error_.empty()) j["graph_replay_error"] = graph_error_;
   }
   return j;
 }

@@ -4,6 +4,7 @@
 // one device arena for the activations (the memory plan's offsets), weights uploaded once, graph
 // inputs and outputs in their own device buffers, stages launched in order and the stages with no
 // device form run on the host in between (their inputs downloaded, their outputs uploaded).
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -57,7 +58,8 @@ class DeviceModel {
   // Runs with no host stage replay a captured launch sequence where the backend can
   // (DeviceApi::begin_capture); NNFUSE_DEVICE_GRAPH=0 turns it off.
   enum class GraphReplay { Untried, Captured, Off };
-  mutable GraphReplay graph_replay_ = GraphReplay::Untried;
+  mutable std::atomic<GraphReplay> graph_replay_{GraphReplay::Untried};  // read by info() during a run
+  mutable std::string graph_error_;  // why a capture failed (guarded by run_mu_)
 };
 
 }  // namespace nnfuse::device

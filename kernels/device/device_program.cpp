@@ -412,7 +412,11 @@ struct KernelPrinter {
       h << "NF_FN float " << helper << "(NF_GLOBAL const float* " << x << ", i64 nb, i64 g, i64 kk, i64 n) {\n";
       // The tap and pixel decomposition divides by constants per element loaded: in 32 bits where
       // the sizes allow (a 64-bit division is a long instruction sequence on GPUs).
-      const bool narrow = KD < (int64_t(1) << 31) && OH * OW < (int64_t(1) << 31) && H * W * 4 < (int64_t(1) << 31);
+      // Every value computed in 32 bits is bounded: kq < KD, nq < OH * OW, and ih, iw by the
+      // last output row/column's taps.
+      const int64_t lim = int64_t(1) << 31;
+      const bool narrow = KD < lim && OH * OW < lim && OH * SH + (KH - 1) * DH + PH < lim && OW * SW + (KW - 1) * DW + PW < lim &&
+                          H < lim && W < lim;
       const std::string ix = narrow ? "int" : "i64", cast = narrow ? "(int)" : "";
       auto lit = [&](int64_t v) { return narrow ? std::to_string(v) : i64s(v); };
       h << "  const " << ix << " kq = " << cast << "kk, nq = " << cast << "n;\n";
@@ -644,6 +648,10 @@ std::vector<int> stage_written_buffers(const KernelModule& m, const Stage& st) {
 }
 
 DeviceProgram print_device_program(const KernelModule& m, const DeviceProgramOptions& opt) {
+  if (opt.register_block != 0 && opt.register_block != 1 && opt.register_block != 2 && opt.register_block != 4)
+    fail(ErrorKind::Invalid, "device kernels: register_block " + std::to_string(opt.register_block) + " (expected 0, 1, 2 or 4)");
+  if (opt.k_tile != 8 && opt.k_tile != 16 && opt.k_tile != 32)
+    fail(ErrorKind::Invalid, "device kernels: k_tile " + std::to_string(opt.k_tile) + " (expected 8, 16 or 32)");
   if (m.layout_block > 0) fail(ErrorKind::Invalid, "device kernels: the module was lowered with blocked layouts; lower with layout_block 0");
   DeviceProgram p;
   std::ostringstream src;

@@ -222,3 +222,13 @@ def test_quantize_static_qdq_cnn_compiles_without_fallback_and_matches_ort(cli, 
     dq = next(n for n in q.graph.node if n.output[0] == out_name and n.op_type == "DequantizeLinear")
     step = float(nh.to_array(next(i for i in q.graph.initializer if i.name == dq.input[1])))
     np.testing.assert_allclose(got, want, rtol=0, atol=1.01 * step)
+    # Bit for bit needs the division by the scale to stay a division: in every pipeline no later
+    # rule (div-const) turns it into a multiplication by the reciprocal.
+    for pipeline in ("auto", "full"):
+        out = tmp_path / f"rewritten_{pipeline}.onnx"
+        cli.ok("optimize", qpath, "--pipeline", pipeline, "--no-profile", "--export-rewritten", out)
+        g = onnx.load(out).graph
+        producer = {o: n for n in g.node for o in n.output}
+        rounds = [n for n in g.node if n.op_type == "Round"]
+        assert rounds and all(producer[n.input[0]].op_type == "Div" for n in rounds), pipeline
+        assert not any(n.op_type == "QuantizeLinear" for n in g.node), pipeline

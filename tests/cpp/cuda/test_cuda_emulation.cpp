@@ -37,6 +37,7 @@ using namespace nnfuse;
 using namespace nnfuse::device;
 using nnfuse::device_test::check_close;
 using nnfuse::device_test::plan_for;
+using nnfuse::device_test::ScopedEnv;
 
 namespace {
 
@@ -136,9 +137,26 @@ class CudaEmulationApi final : public DeviceApi {
   }
   void fill_zero(DeviceMemory m) override { std::memset(reinterpret_cast<void*>(m.handle), 0, size_t(m.bytes)); }
 
+  // Capture as a CUDA graph would: launches recorded, then replayed in order (DeviceModel's graph
+  // path; what a real graph adds, one submission, has nothing to check here).
+  bool begin_capture() override {
+    recording_ = true;
+    recorded_.clear();
+    return true;
+  }
+  void end_capture() override { recording_ = false; }
+  void replay_capture() override {
+    for (auto& l : recorded_) run(l.kernel, l.args, l.groups, l.local);
+  }
+
+  void launch(int kernel, const std::vector<KernelArg>& args, int64_t groups, int local) override {
+    if (recording_) recorded_.push_back({kernel, args, groups, local});
+    else run(kernel, args, groups, local);
+  }
+
   // The block's `local` threads run it together; blocks run one after another (a barrier at the
   // end of each keeps the function-static __shared__ arrays to one block at a time).
-  void launch(int kernel, const std::vector<KernelArg>& args, int64_t groups, int local) override {
+  void run(int kernel, const std::vector<KernelArg>& args, int64_t groups, int local) {
     std::vector<unsigned long long> words;
     for (const KernelArg& a : args) {
       if (a.kind == KernelArg::Buffer) words.push_back(a.mem.handle);
@@ -162,6 +180,14 @@ class CudaEmulationApi final : public DeviceApi {
   void finish() override {}
 
  private:
+  struct Launch {
+    int kernel;
+    std::vector<KernelArg> args;
+    int64_t groups;
+    int local;
+  };
+  bool recording_ = false;
+  std::vector<Launch> recorded_;
   static inline int counter_ = 0;
   std::filesystem::path dir_;
   void* lib_ = nullptr;
@@ -180,17 +206,19 @@ TEST_CASE("cuda emulation: every tiny zoo model's CUDA C runs on the host and ma
     auto dm = DeviceModel::build(m.graph, &plan, std::make_unique<CudaEmulationApi>(), "volta-cuda");
     INFO(name << ": " << dm->info().dump());
     CHECK(dm->info()["kernels"].get<int>() > 0);
-    TensorMap feeds = random_feeds(m.graph, 9);
-    check_close(dm->run(feeds), run_reference(m.graph, feeds), name);
+    // The first run records the launches (no host stage) and replays them, the second replays.
+    for (int run = 0; run < 2; ++run) {
+      TensorMap feeds = random_feeds(m.graph, 9 + run);
+      check_close(dm->run(feeds), run_reference(m.graph, feeds), std::string(name) + " run " + std::to_string(run));
+    }
+    CHECK(dm->info()["graph_replay"].get<bool>() == (dm->info()["host_stages"].get<int>() == 0));
   }
 }
 
 TEST_CASE("cuda emulation: tiled kernels with 4 x 4 register blocks, split-K and barriers match the reference", "[device][cuda]") {
   // BERT-tiny's products and ResNet-tiny's convs at R = 4 and k tiles of 8: several
   // __syncthreads per block, partial tiles, split-K sums.
-  ::setenv("NNFUSE_DEVICE_REGISTER_BLOCK", "4", 1);
-  ::setenv("NNFUSE_DEVICE_K_TILE", "8", 1);
-  ::setenv("NNFUSE_DEVICE_SPLIT_K", "64", 1);
+  const ScopedEnv rb("NNFUSE_DEVICE_REGISTER_BLOCK", "4"), kt("NNFUSE_DEVICE_K_TILE", "8"), sk("NNFUSE_DEVICE_SPLIT_K", "64");
   for (const char* name : {"bert_tiny", "resnet_tiny"}) {
     Model m = build_zoo_model(name, ZooOptions{});
     FusionPlan plan = plan_for(m.graph, "volta-cuda");
@@ -202,7 +230,4 @@ TEST_CASE("cuda emulation: tiled kernels with 4 x 4 register blocks, split-K and
     TensorMap feeds = random_feeds(m.graph, 10);
     check_close(dm->run(feeds), run_reference(m.graph, feeds), name);
   }
-  ::unsetenv("NNFUSE_DEVICE_REGISTER_BLOCK");
-  ::unsetenv("NNFUSE_DEVICE_K_TILE");
-  ::unsetenv("NNFUSE_DEVICE_SPLIT_K");
 }

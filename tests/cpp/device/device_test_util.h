@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "fusion/planner.h"
@@ -36,5 +38,22 @@ inline FusionPlan plan_for(const Graph& g, const std::string& target) {
   po.profile = false;
   return plan_fusion(g, target_by_name(target), po);
 }
+
+// Sets an environment variable for a scope; restores it (or its absence) on the way out, also
+// when a REQUIRE throws.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
 
 }  // namespace nnfuse::device_test

@@ -25,6 +25,7 @@ using namespace nnfuse;
 using namespace nnfuse::device;
 using nnfuse::device_test::check_close;
 using nnfuse::device_test::plan_for;
+using nnfuse::device_test::ScopedEnv;
 
 namespace {
 
@@ -142,20 +143,21 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   // Register blocking forced (by shape these small products take R = 1): 2 x 2 and 4 x 4 outputs
   // per item, tiles of 32 and 64 with partial edges, split or not; k tiles of 8 and 32.
   for (auto [r, kt] : {std::pair<const char*, const char*>{"2", "8"}, {"4", "32"}}) {
-    ::setenv("NNFUSE_DEVICE_REGISTER_BLOCK", r, 1);
-    ::setenv("NNFUSE_DEVICE_K_TILE", kt, 1);
-    auto blocked = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
-    ::unsetenv("NNFUSE_DEVICE_REGISTER_BLOCK");
-    ::unsetenv("NNFUSE_DEVICE_K_TILE");
+    std::unique_ptr<DeviceModel> blocked;
+    {
+      const ScopedEnv env_r("NNFUSE_DEVICE_REGISTER_BLOCK", r), env_k("NNFUSE_DEVICE_K_TILE", kt);
+      blocked = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
+    }
     INFO(blocked->info().dump());
     CHECK(blocked->info()["register_blocks"].contains(r));
     CHECK(blocked->info()["register_blocks"].size() == 1);
     CHECK(blocked->info()["k_tile"] == std::stoi(kt));
     check_close(blocked->run(feeds), want, std::string("forms with register block ") + r + ", k tile " + kt);
   }
-  ::setenv("NNFUSE_DEVICE_REGISTER_BLOCK", "3", 1);
-  CHECK_THROWS_WITH(DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl"), Catch::Contains("NNFUSE_DEVICE_REGISTER_BLOCK='3'"));
-  ::unsetenv("NNFUSE_DEVICE_REGISTER_BLOCK");
+  {
+    const ScopedEnv env_r("NNFUSE_DEVICE_REGISTER_BLOCK", "3");
+    CHECK_THROWS_WITH(DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl"), Catch::Contains("NNFUSE_DEVICE_REGISTER_BLOCK='3'"));
+  }
 }
 
 TEST_CASE("device: a Gather index out of range is an error naming the stage", "[device][opencl]") {
@@ -235,11 +237,13 @@ TEST_CASE("device: on a CUDA GPU every tiny zoo model matches the reference, rep
     INFO(name << ": " << info.dump());
     CHECK(info["graph_replay"].get<bool>() == (info["host_stages"].get<int>() == 0));
   }
-  ::setenv("NNFUSE_DEVICE_GRAPH", "0", 1);
   Model m = build_zoo_model("bert_tiny", ZooOptions{});
   FusionPlan plan = plan_for(m.graph, "volta-cuda");
-  auto dm = DeviceModel::build(m.graph, &plan, make_cuda_api(), "volta-cuda");
-  ::unsetenv("NNFUSE_DEVICE_GRAPH");
+  std::unique_ptr<DeviceModel> dm;
+  {
+    const ScopedEnv env_g("NNFUSE_DEVICE_GRAPH", "0");
+    dm = DeviceModel::build(m.graph, &plan, make_cuda_api(), "volta-cuda");
+  }
   TensorMap feeds = random_feeds(m.graph, 30);
   check_close(dm->run(feeds), run_reference(m.graph, feeds), "bert_tiny without graphs", 1e-3, 1e-3);
   CHECK_FALSE(dm->info()["graph_replay"].get<bool>());
