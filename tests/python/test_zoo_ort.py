@@ -220,6 +220,26 @@ def test_zoo_reference_matches_ort(cli, export_cache, workdir, model, opset):
         assert_close(got[name], want[name], rtol, atol, what=f"{model['name']} opset {opset} output '{name}'")
 
 
+@pytest.mark.parametrize("model,opset", [c for c in CASES if c.values[1] == 13])
+def test_zoo_volta_cuda_kernels_compile_for_sm70_without_spills(cli, export_cache, model, opset):
+    # Every zoo model's CUDA kernels through NVRTC for Volta (no GPU needed; ~3 s for ResNet-50's
+    # 53 entry points): no spills, at most 128 registers, at most 48 KiB of shared memory.
+    _need(model)
+    path = _export(cli, export_cache, model, opset)
+    rep = cli.ok("optimize", path, "--target", "volta-cuda", "--cuda-arch", "sm_70", "--no-profile")
+    dev = rep["device"]
+    assert "error" not in dev, dev
+    cc = dev["cuda_compile"]
+    if "error" in cc:
+        if "NVRTC" in cc["error"] and not os.environ.get("CI"):
+            pytest.skip(f"no NVRTC for sm_70 here (pip install nvidia-cuda-nvrtc-cu12): {cc['error'][:200]}")
+        pytest.fail(cc["error"][:2000])
+    assert len(cc["kernels"]) == dev["entry_points"] > 0
+    assert cc["max_spill_bytes"] == 0, [k for k in cc["kernels"] if k["spill_stores"] or k["spill_loads"]]
+    assert 0 < cc["max_registers"] <= 128
+    assert cc["max_shared_bytes"] <= 48 * 1024
+
+
 @pytest.mark.parametrize("model,opset", CASES)
 def test_zoo_convert_round_trip_in_ort(cli, export_cache, workdir, model, opset):
     _need(model)
