@@ -151,3 +151,21 @@ def export_cache(tmp_path_factory):
     """Zoo models exported once per session (the 100M-parameter ones take ~20 s each) and shared
     by every suite that needs them."""
     return {"dir": tmp_path_factory.mktemp("zoo"), "files": {}}
+
+
+def assert_cuda_kernels_fit(device_report: dict, require_kernels: bool = True) -> None:
+    """The `device` part of `nnfuse optimize --target volta-cuda --cuda-arch sm_70`: the kernels
+    compiled with no spills, at most 128 registers (two 256-thread blocks per SM) and 48 KiB of
+    shared memory. Skips where no NVRTC targets sm_70, except on CI, which installs one."""
+    assert "error" not in device_report, device_report
+    cc = device_report["cuda_compile"]
+    if "error" in cc:
+        if "NVRTC" in cc["error"] and not os.environ.get("CI"):
+            pytest.skip(f"no NVRTC for sm_70 here (pip install nvidia-cuda-nvrtc-cu12): {cc['error'][:200]}")
+        pytest.fail(cc["error"][:2000])
+    assert len(cc["kernels"]) == device_report["entry_points"]
+    assert device_report["entry_points"] > 0 or not require_kernels
+    assert cc["max_spill_bytes"] == 0, [k for k in cc["kernels"] if k["spill_stores"] or k["spill_loads"]]
+    assert cc["max_registers"] <= 128
+    assert cc["max_registers"] > 0 or device_report["entry_points"] == 0
+    assert cc["max_shared_bytes"] <= 48 * 1024

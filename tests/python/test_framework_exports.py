@@ -25,7 +25,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import assert_close
+from conftest import assert_cuda_kernels_fit, assert_close
 
 RTOL, ATOL = 1e-4, 1e-5
 F32 = TensorProto.FLOAT
@@ -801,18 +801,8 @@ def test_volta_cuda_kernels_compile_for_sm70_without_spills(cli, case):
     # no spills, at most 128 registers (two 256-thread blocks per SM) and 48 KiB of shared memory.
     ec, path = case
     rep = cli.ok("optimize", path, *shape_args(ec), "--target", "volta-cuda", "--cuda-arch", "sm_70", "--no-profile")
-    dev = rep["device"]
-    assert "error" not in dev, dev
-    cc = dev["cuda_compile"]
-    if "error" in cc:
-        if "NVRTC" in cc["error"] and not os.environ.get("CI"):
-            pytest.skip(f"no NVRTC for sm_70 here (pip install nvidia-cuda-nvrtc-cu12): {cc['error'][:200]}")
-        pytest.fail(cc["error"][:2000])
-    assert len(cc["kernels"]) == dev["entry_points"]
-    assert cc["max_spill_bytes"] == 0, [k for k in cc["kernels"] if k["spill_stores"] or k["spill_loads"]]
-    assert cc["max_registers"] <= 128
-    assert cc["max_registers"] > 0 or dev["entry_points"] == 0  # an If-wrapped model may keep every stage on the host
-    assert cc["max_shared_bytes"] <= 48 * 1024
+    # An If-wrapped model may keep every stage on the host: nothing to compile then.
+    assert_cuda_kernels_fit(rep["device"], require_kernels=False)
 
 
 def test_convert_round_trip_matches_ort(cli, case, workdir):
