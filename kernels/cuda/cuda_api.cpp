@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <shared_mutex>
 #include <regex>
 #include <sstream>
 
@@ -362,10 +363,11 @@ const Driver& driver() {
 // While a blocking stream captures, the context's legacy default stream cannot be used: a copy,
 // memset, launch or synchronize on it from another thread fails with
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT. Every CudaApi shares the device's primary context, so the
-// calls that use the legacy stream and a whole capture (begin_capture to end_capture, on the
-// capturing thread) exclude each other. Recursive: the capturing thread's own launches take it.
-std::recursive_mutex& legacy_stream_mutex() {
-  static std::recursive_mutex m;
+// calls that use the legacy stream (shared among themselves) and a whole capture (exclusive, from
+// begin_capture to end_capture; the capturing thread's own launches take no lock) exclude each
+// other.
+std::shared_mutex& legacy_stream_mutex() {
+  static std::shared_mutex m;
   return m;
 }
 
@@ -474,7 +476,7 @@ class CudaApi final : public DeviceApi {
     d_.check(d_.MemFree(m.handle), "cuMemFree");
   }
   void upload(DeviceMemory dst, int64_t offset, const void* src, int64_t bytes) override {
-    std::lock_guard<std::recursive_mutex> lock(legacy_stream_mutex());
+    std::shared_lock<std::shared_mutex> lock(legacy_stream_mutex());
     check_range(dst, offset, bytes, "upload");
     if (bytes == 0) return;
     bind();
@@ -482,14 +484,14 @@ class CudaApi final : public DeviceApi {
   }
   // Synchronous, and after every launch before it (the legacy default stream orders them).
   void download(DeviceMemory src, int64_t offset, void* dst, int64_t bytes) override {
-    std::lock_guard<std::recursive_mutex> lock(legacy_stream_mutex());
+    std::shared_lock<std::shared_mutex> lock(legacy_stream_mutex());
     check_range(src, offset, bytes, "download");
     if (bytes == 0) return;
     bind();
     d_.check(d_.MemcpyDtoH(dst, src.handle + offset, size_t(bytes)), "cuMemcpyDtoH");
   }
   void fill_zero(DeviceMemory m) override {
-    std::lock_guard<std::recursive_mutex> lock(legacy_stream_mutex());
+    std::shared_lock<std::shared_mutex> lock(legacy_stream_mutex());
     if (m.bytes == 0) return;
     bind();
     d_.check(d_.MemsetD8(m.handle, 0, size_t(m.bytes)), "cuMemsetD8");
@@ -503,7 +505,8 @@ class CudaApi final : public DeviceApi {
     if (groups < 0 || groups > INT_MAX || local < 1 || local > 1024)
       fail(ErrorKind::Invalid, "CUDA: launch of " + std::to_string(groups) + " blocks of " + std::to_string(local) +
                                    " threads (1..2^31-1 blocks of 1..1024 threads)");
-    std::lock_guard<std::recursive_mutex> lock(legacy_stream_mutex());
+    std::shared_lock<std::shared_mutex> lock(legacy_stream_mutex(), std::defer_lock);
+    if (!capturing_) lock.lock();  // a capture holds it exclusively
     std::vector<uint64_t> values;
     values.reserve(2 * args.size());  // no reallocation: params point into it
     std::vector<void*> params;
@@ -526,7 +529,7 @@ class CudaApi final : public DeviceApi {
   // a replay starts after the inputs are uploaded, and the downloads wait for it.
   bool begin_capture() override {
     if (!d_.graphs()) return false;
-    std::unique_lock<std::recursive_mutex> lock(legacy_stream_mutex());  // held until end_capture
+    std::unique_lock<std::shared_mutex> lock(legacy_stream_mutex());  // held until end_capture
     bind();
     if (!stream_) d_.check(d_.StreamCreate(&stream_, 0), "cuStreamCreate");
     d_.check(d_.StreamBeginCapture(stream_, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */), "cuStreamBeginCapture");
@@ -537,7 +540,7 @@ class CudaApi final : public DeviceApi {
   void end_capture() override {
     if (!capturing_) return;
     // Adopts the lock begin_capture left held, released on every path out.
-    std::unique_lock<std::recursive_mutex> lock(legacy_stream_mutex(), std::adopt_lock);
+    std::unique_lock<std::shared_mutex> lock(legacy_stream_mutex(), std::adopt_lock);
     capturing_ = false;
     bind();
     CUgraph g = nullptr;
@@ -550,13 +553,13 @@ class CudaApi final : public DeviceApi {
   }
   void replay_capture() override {
     if (!exec_) fail(ErrorKind::Invalid, "CUDA: replay without a captured graph");
-    std::lock_guard<std::recursive_mutex> lock(legacy_stream_mutex());
+    std::shared_lock<std::shared_mutex> lock(legacy_stream_mutex());
     bind();
     d_.check(d_.GraphLaunch(exec_, stream_), "cuGraphLaunch");
   }
 
   void finish() override {
-    std::lock_guard<std::recursive_mutex> lock(legacy_stream_mutex());
+    std::shared_lock<std::shared_mutex> lock(legacy_stream_mutex());
     bind();
     d_.check(d_.CtxSynchronize(), "cuCtxSynchronize");
   }

@@ -19,6 +19,19 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A device setting from the environment: a whole number that is one of `allowed` (empty: any
+// number >= 0), or `fallback` when the variable is unset or empty; anything else is an error
+// naming the variable and what it takes.
+int64_t env_setting(const char* name, int64_t fallback, std::initializer_list<int64_t> allowed, const char* expected) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  const bool ok = end && !*end && v >= 0 && (allowed.size() == 0 || std::find(allowed.begin(), allowed.end(), v) != allowed.end());
+  if (!ok) fail(ErrorKind::Invalid, std::string(name) + "='" + e + "': expected " + expected);
+  return v;
+}
+
 }  // namespace
 
 std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan* plan, std::unique_ptr<DeviceApi> api,
@@ -34,23 +47,10 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
   const double lower_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
   DeviceProgramOptions po;
-  if (const char* e = std::getenv("NNFUSE_DEVICE_SPLIT_K"); e && *e) {
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (!end || *end || v < 0) fail(ErrorKind::Invalid, "NNFUSE_DEVICE_SPLIT_K='" + std::string(e) + "': expected a number of work-groups (0: off)");
-    po.split_k_groups = v;
-  }
-  if (const char* e = std::getenv("NNFUSE_DEVICE_REGISTER_BLOCK"); e && *e) {
-    const std::string v = e;
-    if (v != "0" && v != "1" && v != "2" && v != "4")
-      fail(ErrorKind::Invalid, "NNFUSE_DEVICE_REGISTER_BLOCK='" + v + "': expected 1, 2 or 4 outputs per work-item along each axis (0: by shape)");
-    po.register_block = std::stoi(v);
-  }
-  if (const char* e = std::getenv("NNFUSE_DEVICE_K_TILE"); e && *e) {
-    const std::string v = e;
-    if (v != "8" && v != "16" && v != "32") fail(ErrorKind::Invalid, "NNFUSE_DEVICE_K_TILE='" + v + "': expected 8, 16 or 32");
-    po.k_tile = std::stoi(v);
-  }
+  po.split_k_groups = env_setting("NNFUSE_DEVICE_SPLIT_K", po.split_k_groups, {}, "a number of work-groups (0: off)");
+  po.register_block = int(env_setting("NNFUSE_DEVICE_REGISTER_BLOCK", po.register_block, {0, 1, 2, 4},
+                                      "1, 2 or 4 outputs per work-item along each axis (0: by shape)"));
+  po.k_tile = int(env_setting("NNFUSE_DEVICE_K_TILE", po.k_tile, {8, 16, 32}, "8, 16 or 32"));
   m->prog_ = print_device_program(m->mod_, po);
   const double print_ms = ms_since(t0);
   std::vector<std::string> names;
@@ -79,11 +79,8 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
   int host = 0;
   for (auto& ks : m->prog_.stage_kernels) host += ks.empty();
   m->host_stages_ = host;
-  if (const char* e = std::getenv("NNFUSE_DEVICE_GRAPH"); e && *e) {
-    const std::string v = e;
-    if (v != "0" && v != "1") fail(ErrorKind::Invalid, "NNFUSE_DEVICE_GRAPH='" + v + "': expected 1 (replay a captured graph where possible) or 0");
-    if (v == "0") m->graph_replay_ = GraphReplay::Off;
-  }
+  if (env_setting("NNFUSE_DEVICE_GRAPH", 1, {0, 1}, "1 (replay a captured graph where possible) or 0") == 0)
+    m->graph_replay_ = GraphReplay::Off;
   nlohmann::json forms = nlohmann::json::object();
   nlohmann::json blocks = nlohmann::json::object();
   for (auto& k : m->prog_.kernels) {
@@ -211,6 +208,36 @@ void DeviceModel::launch_stage(size_t i) const {
   }
 }
 
+bool DeviceModel::capture_launches() const {
+  // A backend failing to capture (no stream, an invalidated capture, a graph it cannot
+  // instantiate) costs the replay, not the run: its reason goes to info() and the kernels launch
+  // one by one. A launch's own error is the run's.
+  DeviceApi& A = *api_;
+  try {
+    if (!A.begin_capture()) return false;
+  } catch (const Error& e) {
+    graph_error_ = e.what();
+    return false;
+  }
+  try {
+    for (size_t i = 0; i < mod_.stages.size(); ++i) launch_stage(i);
+  } catch (...) {
+    try {
+      A.end_capture();
+    } catch (const Error&) {
+      // the launch's error is the one to report
+    }
+    throw;
+  }
+  try {
+    A.end_capture();
+    return true;
+  } catch (const Error& e) {
+    graph_error_ = e.what();
+    return false;
+  }
+}
+
 TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const {
   std::lock_guard<std::mutex> lock(run_mu_);
   DeviceApi& A = *api_;
@@ -240,34 +267,8 @@ TensorMap DeviceModel::run_impl(const TensorMap& feeds, std::vector<double>* sta
   // and replayed (one submission instead of one per kernel), unless timing stages or turned off.
   if (!stage_ms && host_stages_ == 0 && graph_replay_ != GraphReplay::Off) {
     if (graph_replay_ == GraphReplay::Untried) {
-      // A backend failing to capture (no stream, an invalidated capture, a graph it cannot
-      // instantiate) costs the replay, not the run: its reason goes to info() and the kernels
-      // launch one by one. A launch's own error is the run's.
       graph_replay_ = GraphReplay::Off;
-      bool began = false;
-      try {
-        began = A.begin_capture();
-      } catch (const Error& e) {
-        graph_error_ = e.what();
-      }
-      if (began) {
-        try {
-          for (size_t i = 0; i < mod_.stages.size(); ++i) launch_stage(i);
-        } catch (...) {
-          try {
-            A.end_capture();
-          } catch (const Error&) {
-            // the launch's error is the one to report
-          }
-          throw;
-        }
-        try {
-          A.end_capture();
-          graph_replay_ = GraphReplay::Captured;
-        } catch (const Error& e) {
-          graph_error_ = e.what();
-        }
-      }
+      if (capture_launches()) graph_replay_ = GraphReplay::Captured;
     }
     if (graph_replay_ == GraphReplay::Captured) {
       A.replay_capture();

@@ -40,6 +40,9 @@ class DeviceModel {
   DeviceModel() = default;
   TensorMap run_impl(const TensorMap& feeds, std::vector<double>* stage_ms) const;
   void launch_stage(size_t stage) const;
+  // Records every stage's launches as one replayable graph (DeviceApi::begin_capture); false,
+  // with the reason in graph_error_ where there is one, when the backend has none or refuses it.
+  bool capture_launches() const;
   void run_on_host(const Stage& st, std::map<int, Tensor>& dyn) const;
   KernelArg arg(int buffer) const;
   // A buffer's shape in this run: a capacity buffer's rows are its row count on the device.

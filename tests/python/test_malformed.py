@@ -425,15 +425,6 @@ NPY_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(NPY_CASES), ids=list(NPY_CASES))
-def test_malformed_npy_input(tmp_path, case):
-    data, needles = NPY_CASES[case]
-    m = save(tmp_path, "relu", [helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", [2, 3])], [vi("y", [2, 3])])
-    f = tmp_path / f"{case}.npy"
-    f.write_bytes(data)
-    assert_clear_error(nnfuse("run", m, "--target", "reference", "--input", f"x={f}"), *needles)
-
-
 # ---------------------------------------------------------------- .pb (onnx.TensorProto) inputs
 
 def _pb(shape=(2, 3), dtype=np.float32, **edit):
@@ -469,11 +460,14 @@ PB_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(PB_CASES), ids=list(PB_CASES))
-def test_malformed_pb_input(tmp_path, case):
-    data, needles = PB_CASES[case]
+# .npy and .pb input files through `nnfuse run --input NAME=FILE`, the reader chosen by extension.
+TENSOR_FILE_CASES = [("npy", c, *v) for c, v in NPY_CASES.items()] + [("pb", c, *v) for c, v in PB_CASES.items()]
+
+
+@pytest.mark.parametrize("ext,case,data,needles", TENSOR_FILE_CASES, ids=[f"{e}-{c}" for e, c, *_ in TENSOR_FILE_CASES])
+def test_malformed_tensor_file_input(tmp_path, ext, case, data, needles):
     m = save(tmp_path, "relu", [helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", [2, 3])], [vi("y", [2, 3])])
-    f = tmp_path / f"{case}.pb"
+    f = tmp_path / f"{case}.{ext}"
     f.write_bytes(data)
     assert_clear_error(nnfuse("run", m, "--target", "reference", "--input", f"x={f}"), *needles)
 

@@ -36,6 +36,7 @@
 using namespace nnfuse;
 using namespace nnfuse::device;
 using nnfuse::device_test::check_close;
+using nnfuse::device_test::kTinyZoo;
 using nnfuse::device_test::plan_for;
 using nnfuse::device_test::ScopedEnv;
 
@@ -200,7 +201,7 @@ class CudaEmulationApi final : public DeviceApi {
 }  // namespace
 
 TEST_CASE("cuda emulation: every tiny zoo model's CUDA C runs on the host and matches the reference", "[device][cuda]") {
-  for (const char* name : {"resnet_tiny", "mobilenet_tiny", "efficientnet_tiny", "ssd_tiny", "bert_tiny", "gpt2_tiny", "vit_tiny", "lstm_tiny"}) {
+  for (const std::string& name : kTinyZoo) {
     Model m = build_zoo_model(name, ZooOptions{});
     FusionPlan plan = plan_for(m.graph, "volta-cuda");
     auto dm = DeviceModel::build(m.graph, &plan, std::make_unique<CudaEmulationApi>(), "volta-cuda");
@@ -209,7 +210,7 @@ TEST_CASE("cuda emulation: every tiny zoo model's CUDA C runs on the host and ma
     // The first run records the launches (no host stage) and replays them, the second replays.
     for (int run = 0; run < 2; ++run) {
       TensorMap feeds = random_feeds(m.graph, 9 + run);
-      check_close(dm->run(feeds), run_reference(m.graph, feeds), std::string(name) + " run " + std::to_string(run));
+      check_close(dm->run(feeds), run_reference(m.graph, feeds), name + " run " + std::to_string(run));
     }
     CHECK(dm->info()["graph_replay"].get<bool>() == (dm->info()["host_stages"].get<int>() == 0));
   }

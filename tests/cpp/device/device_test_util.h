@@ -11,7 +11,12 @@
 #include "fusion/target.h"
 #include "graph/interpreter.h"
 
+#include <vector>
+
 namespace nnfuse::device_test {
+
+inline const std::vector<std::string> kTinyZoo = {"resnet_tiny", "mobilenet_tiny", "efficientnet_tiny", "ssd_tiny",
+                                                  "bert_tiny",   "gpt2_tiny",      "vit_tiny",          "lstm_tiny"};
 
 inline void check_close(const TensorMap& got, const TensorMap& want, const std::string& what, double rtol = 1e-4, double atol = 1e-4) {
   for (auto& [name, w] : want) {

@@ -24,13 +24,12 @@
 using namespace nnfuse;
 using namespace nnfuse::device;
 using nnfuse::device_test::check_close;
+using nnfuse::device_test::kTinyZoo;
 using nnfuse::device_test::plan_for;
 using nnfuse::device_test::ScopedEnv;
 
 namespace {
 
-const std::vector<std::string> kTinyZoo = {"resnet_tiny", "mobilenet_tiny", "efficientnet_tiny", "ssd_tiny",
-                                           "bert_tiny",   "gpt2_tiny",      "vit_tiny",          "lstm_tiny"};
 
 // CI installs PoCL and NVRTC (scripts/setup.sh): there a missing one is a failure, elsewhere a warning.
 bool required(const char* what) {
