@@ -27,6 +27,10 @@ struct GemmTile {
   // B panel KC x NR in L1: AVX2 384 x 16 floats = 24 KiB, AVX-512 256 x 32 = 32 KiB, NEON 12 KiB.
   static constexpr int64_t KC = L == 8 ? 384 : 256;
   static constexpr int64_t MC = MR * (L == 16 ? 18 : L == 8 ? 24 : 16);  // A block MC x KC in L2
+  // Up to this many rows, all of M is one row tile (an A block of at most 288 x KC in L2), so
+  // each B strip is read from memory once, not once per row tile: ViT's 197-row GEMMs against
+  // weights streamed from memory ran 5-10% faster so (bench/kernels_bench.cpp, B from memory).
+  static constexpr int64_t MC_WHOLE = 2 * MC;
   static constexpr int64_t NT = NR * (L == 16 ? 8 : 16);                 // columns per parallel tile
 };
 
@@ -322,7 +326,7 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const ASrc& asr
   // kMinTasks tasks, so that a thread pool has work to balance (e.g. 128x768 MatMuls). The
   // tiling depends on the shape only, never on the par-for.
   constexpr int64_t kMinTasks = 8;
-  int64_t mc = T::MC, nt_cols = T::NT;
+  int64_t mc = M <= T::MC_WHOLE ? ceil_div(M, int64_t(MR)) * MR : T::MC, nt_cols = T::NT;
   int64_t mtiles = ceil_div(M, mc), ntiles = ceil_div(N, nt_cols);
   if (batch * mtiles * ntiles < kMinTasks) {
     const int64_t per = ceil_div(kMinTasks, batch * mtiles);
