@@ -406,6 +406,9 @@ int main(int argc, char** argv) {
         {"dw", 32, 112, 112, 32, 3, 1, 1},  {"dw", 96, 112, 112, 96, 3, 2, 1}, {"dw", 144, 56, 56, 144, 3, 1, 1},
         {"dw", 144, 56, 56, 144, 5, 2, 1},  {"dw", 240, 28, 28, 240, 5, 1, 1}, {"dw", 480, 14, 14, 480, 3, 1, 1},
         {"dw", 672, 14, 14, 672, 5, 1, 1},  {"dw", 1152, 7, 7, 1152, 5, 1, 1},
+        // MobileNetV2's other shapes: stride 2 from L2-sized inputs, 28- to 7-wide rows.
+        {"dw", 144, 56, 56, 144, 3, 2, 1},  {"dw", 192, 28, 28, 192, 3, 1, 1}, {"dw", 192, 28, 28, 192, 3, 2, 1},
+        {"dw", 576, 14, 14, 576, 3, 2, 1},  {"dw", 960, 7, 7, 960, 3, 1, 1},
     };
     // Pointwise (1x1) layers of EfficientNet-B0 / MobileNetV2 (224x224): expansions from few
     // channels, projections to few, and the 7x7 head; few FMAs per output, so tile overheads show.

@@ -564,13 +564,6 @@ inline void dw_nchwc_tile(const ConvNchwcArgs& a, const float* xb, const float* 
   }
 }
 
-// Depthwise with the kernel width KW and column stride S known at compile time (undilated
-// columns). Per output row, the task copies the kernel rows it reads into a zero-padded scratch
-// row (ScratchSlot::DepthwiseRows; one vector copy per KW FMAs), so every tile of UR pixels runs
-// without bounds checks, and per kernel row it loads the (UR - 1) * S + KW input vectors its
-// pixels share once and runs every kernel column from registers. The generic tile below checks
-// every tap on border tiles and loads each input vector once per kernel column: on the 7- to
-// 28-wide rows of mobile CNNs most pixels took that path (~30% of the FMA peak).
 // Depthwise task t of N * Cb * OH: output row oh of channel block cb (row = n * Cb + cb), rows
 // outermost or channel blocks outermost (see conv_pixels_outermost).
 inline void dw_task(int64_t t, int64_t Cb, int64_t OH, bool rows_outer, int64_t& oh, int64_t& row, int64_t& cb) {
@@ -583,26 +576,66 @@ inline void dw_task(int64_t t, int64_t Cb, int64_t OH, bool rows_outer, int64_t&
   }
 }
 
-template <class Arch, int KW, int S>
-constexpr int dw_fixed_ur() {
-  constexpr int regs = vfloat<Arch>::size == 8 ? 16 : 32;  // AVX2: 16 vector registers
-  // accumulators + shared inputs + one weight vector must fit: UR + (UR - 1) * S + KW + 1 <= regs.
-  constexpr int ur = (regs - KW - 1 + S) / (1 + S);
-  return ur > 12 ? 12 : ur < 1 ? 1 : ur;
+// The register tile of both row kernels: UR output pixels p0.. of output row `row`'s plane from
+// kernel rows [kl, kh). Kernel row k reads input row rowp(k) from column iw0 on: per kernel row,
+// the (UR - 1) * S + KW input vectors the pixels share are loaded once and every kernel column
+// runs from registers. Check: columns outside [0, W) read as zeros (border tiles read in place).
+// Stores the first nu pixels through the epilogue.
+template <class Arch, int KW, int S, int UR, bool Check, class RowPtr, class Ep>
+NNFUSE_MK_TILE void dw_register_tile(int64_t kl, int64_t kh, const RowPtr& rowp, int64_t iw0, int64_t W, const float* wb, float* yb,
+                                     int64_t row, int64_t p0, int64_t nu, const Ep& ep) {
+  using V = vfloat<Arch>;
+  constexpr int64_t L = int64_t(V::size);
+  constexpr int XN = (UR - 1) * S + KW;
+  V acc[UR];
+  for (int u = 0; u < UR; ++u) acc[u] = V(0.f);
+  for (int64_t k = kl; k < kh; ++k) {
+    const float* xr = rowp(k);
+    V xin[XN];
+    for (int j = 0; j < XN; ++j) {
+      const int64_t iw = iw0 + j;
+      if constexpr (Check) xin[j] = iw >= 0 && iw < W ? V::load_unaligned(xr + iw * L) : V(0.f);
+      else xin[j] = V::load_unaligned(xr + iw * L);
+    }
+    for (int kw = 0; kw < KW; ++kw) {
+      const V wv = V::load_unaligned(wb + (k * KW + kw) * L);
+      for (int u = 0; u < UR; ++u) acc[u] = xsimd::fma(xin[u * S + kw], wv, acc[u]);
+    }
+  }
+  for (int u = 0; u < UR; ++u) {
+    if (u >= nu) break;
+    const int64_t p = p0 + u;
+    ep(acc[u], row, p * L).store_unaligned(yb + p * L);
+  }
+}
+
+// Depthwise with the kernel width KW and column stride S known at compile time (undilated
+// columns), read in place: the rows are wide enough for full tiles inside the input (the narrow
+// ones take conv_nchwc_depthwise_fixed, below). Per kernel row, a tile loads the (UR - 1) * S + KW input
+// vectors its UR pixels share once and runs every kernel column from registers, as the padded-row
+// kernel does, but without copying the rows: interior tiles load unchecked, the border tiles (the
+// left padding's pixels, the right end, a short last tile) load zeros outside the row. The generic
+// tile below loads one input vector per FMA and ran these layers at ~20% of the FMA peak
+// (MobileNetV2's and EfficientNet's 3x3 and 5x5 layers, stride 1 and 2: bench/kernels_bench.cpp
+// --only mobile).
+// Its row tile: 8 pixels at stride 1, 6 at stride 2 with 32 vector registers (AVX-512, NEON),
+// half that with AVX2's 16. The register budget (UR accumulators, (UR - 1) * S + KW inputs and a
+// weight) would allow up to 14, but the compiler then spills in the checked tiles: 12 to 14 pixels
+// ran 10-60% slower than 8 and 6 on MobileNetV2's and EfficientNet's layers (Xeon, AVX-512).
+template <class Arch, int S>
+constexpr int dw_direct_ur() {
+  constexpr bool wide = vfloat<Arch>::size != 8;  // AVX2: 16 vector registers
+  return S == 1 ? (wide ? 8 : 4) : (wide ? 6 : 3);
 }
 
 template <class Arch, int KW, int S, class Ep, class ParFor>
-void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
+void conv_nchwc_depthwise_direct(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
-  constexpr int UR = dw_fixed_ur<Arch, KW, S>();
-  constexpr int XN = (UR - 1) * S + KW;
-  const int64_t Cb = nchwc_blocks(a.C, L), tiles = ceil_div(a.OW, int64_t(UR));
-  const int64_t Wp = (tiles * UR - 1) * S + KW;  // padded row: every tile's taps, in pixels
-  const int64_t left = std::min(a.pad_left, Wp), mid = std::max<int64_t>(0, std::min(a.W, Wp - left));
+  constexpr int UR = dw_direct_ur<Arch, S>();
+  const int64_t Cb = nchwc_blocks(a.C, L);
   const bool rows_outer = conv_pixels_outermost(a.threads, a.C, 1, a.H, a.W);
   par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
-    float* xpad = thread_scratch(ScratchSlot::DepthwiseRows, a.KH * Wp * L);
     for (int64_t t = lo; t < hi; ++t) {
       int64_t oh, row, cb;
       dw_task(t, Cb, a.OH, rows_outer, oh, row, cb);
@@ -611,30 +644,53 @@ void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParF
       float* yb = a.y + row * a.OH * a.OW * L;
       int64_t kl, kh;
       kh_range(oh, a.stride_h, a.pad_top, a.dil_h, a.KH, a.H, kl, kh);
-      for (int64_t k = kl; k < kh; ++k) {
-        float* d = xpad + k * Wp * L;
+      auto rowp = [&](int64_t k) { return xb + (oh * a.stride_h - a.pad_top + k * a.dil_h) * a.W * L; };
+      auto tile = [&](int64_t ow, int64_t nu, auto checked) {
+        dw_register_tile<Arch, KW, S, UR, decltype(checked)::value>(kl, kh, rowp, ow * S - a.pad_left, a.W, wb, yb, row,
+                                                                     oh * a.OW + ow, nu, ep);
+      };
+      for_row_tiles<UR>(0, a.OW, a.W, S, a.pad_left, KW, 1, [&](int64_t ow, int64_t nu, bool interior) {
+        if (interior) tile(ow, nu, std::false_type{});
+        else tile(ow, nu, std::true_type{});
+      });
+    }
+  });
+}
+
+// Depthwise on rows up to 32 wide (7- to 28-wide maps), KW and S = 1 known at compile time: per
+// channel block, the task copies the plane's rows into a scratch plane padded left and right with
+// zeros (ScratchSlot::DepthwiseRows), each row once, so that every tile of UR pixels runs without
+// bounds checks on the register tile (dw_register_tile). Rows outside the input are skipped
+// (kh_range), not padded. A task was one output row, which copied its KH input rows again
+// for every output row: 5x the copies of a 5x5 layer, on maps where a row is ~100-200 FMAs.
+template <class Arch, int KW, int S, class Ep, class ParFor>
+void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
+  using V = vfloat<Arch>;
+  constexpr int64_t L = int64_t(V::size);
+  constexpr int UR = dw_direct_ur<Arch, S>();
+  const int64_t Cb = nchwc_blocks(a.C, L), tiles = ceil_div(a.OW, int64_t(UR));
+  const int64_t Wp = (tiles * UR - 1) * S + KW;  // padded row: every tile's taps, in pixels
+  const int64_t left = std::min(a.pad_left, Wp), mid = std::max<int64_t>(0, std::min(a.W, Wp - left));
+  par(a.N * Cb, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+    float* xpad = thread_scratch(ScratchSlot::DepthwiseRows, a.H * Wp * L);
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t cb = row % Cb;
+      const float* xb = a.x + row * a.H * a.W * L;
+      const float* wb = a.w + cb * a.KH * KW * L;
+      float* yb = a.y + row * a.OH * a.OW * L;
+      for (int64_t ih = 0; ih < a.H; ++ih) {
+        float* d = xpad + ih * Wp * L;
         std::memset(d, 0, size_t(left * L) * sizeof(float));
-        std::memcpy(d + left * L, xb + (oh * a.stride_h - a.pad_top + k * a.dil_h) * a.W * L, size_t(mid * L) * sizeof(float));
+        std::memcpy(d + left * L, xb + ih * a.W * L, size_t(mid * L) * sizeof(float));
         std::memset(d + (left + mid) * L, 0, size_t((Wp - left - mid) * L) * sizeof(float));
       }
-      for (int64_t ow = 0; ow < a.OW; ow += UR) {
-        V acc[UR];
-        for (int u = 0; u < UR; ++u) acc[u] = V(0.f);
-        for (int64_t k = kl; k < kh; ++k) {
-          const float* xr = xpad + (k * Wp + ow * S) * L;
-          V xin[XN];
-          for (int j = 0; j < XN; ++j) xin[j] = V::load_aligned(xr + j * L);
-          for (int kw = 0; kw < KW; ++kw) {
-            const V wv = V::load_unaligned(wb + (k * KW + kw) * L);
-            for (int u = 0; u < UR; ++u) acc[u] = xsimd::fma(xin[u * S + kw], wv, acc[u]);
-          }
-        }
-        const int64_t nu = std::min<int64_t>(UR, a.OW - ow);
-        for (int u = 0; u < UR; ++u) {
-          if (u >= nu) break;
-          const int64_t p = oh * a.OW + ow + u;
-          ep(acc[u], row, p * L).store_unaligned(yb + p * L);
-        }
+      for (int64_t oh = 0; oh < a.OH; ++oh) {
+        int64_t kl, kh;
+        kh_range(oh, a.stride_h, a.pad_top, a.dil_h, a.KH, a.H, kl, kh);
+        const int64_t r0 = oh * a.stride_h - a.pad_top;  // the input row of kernel row 0 (may be < 0)
+        auto rowp = [&](int64_t k) { return xpad + (r0 + k * a.dil_h) * Wp * L; };
+        for (int64_t ow = 0; ow < a.OW; ow += UR)
+          dw_register_tile<Arch, KW, S, UR, false>(kl, kh, rowp, ow * S, Wp, wb, yb, row, oh * a.OW + ow, std::min<int64_t>(UR, a.OW - ow), ep);
       }
     }
   });
@@ -646,43 +702,68 @@ constexpr int dw_ur() {
   return vfloat<Arch>::size == 8 ? 8 : 12;
 }
 
-// Whether a depthwise conv takes the fixed-width row kernel (see conv_nchwc_depthwise).
-constexpr bool dw_takes_fixed(int64_t W, int64_t KW, int64_t sw, int64_t dw, int64_t UR) {
-  return sw == 1 && dw == 1 && W - (KW - 1) < UR && (KW == 3 || KW == 5);
+// Whether a depthwise conv takes the padded-plane kernel (stride 1, rows up to 32 wide), else the
+// in-place one with the same register blocking (see conv_nchwc_depthwise); the rest run on the
+// generic tile. On 14- and 28-wide maps (5x5) copying the plane once cost less than the in-place
+// kernel's checked border tiles; on 56- and 112-wide ones the copy cost more (kernels_bench
+// --only mobile, Xeon: 14x14 3x3 0.022 against 0.030 ms, 28x28 5x5 0.086 against 0.104, 56x56
+// 3x3 0.137 against 0.118).
+constexpr bool dw_takes_fixed(int64_t W, int64_t KW, int64_t sw, int64_t dw) {
+  return sw == 1 && dw == 1 && W <= 32 && (KW == 3 || KW == 5);
+}
+constexpr bool dw_takes_direct(int64_t W, int64_t KW, int64_t sw, int64_t dw) {
+  return !dw_takes_fixed(W, KW, sw, dw) && dw == 1 && (KW == 3 || KW == 5) && (sw == 1 || sw == 2);
 }
 
-// Which depthwise row paths class CC compiles: both, unless its width, kernel width, stride and
-// dilation fix the one it takes; the fixed-width kernels only for its kernel width.
+// Which depthwise row paths class CC compiles: all, unless its width, kernel width, stride and
+// dilation fix the one it takes; the fixed-width and in-place kernels only for its kernel width
+// and stride.
 template <ConvClass CC>
 constexpr bool dw_path_known() {
   return CC.w > 0 && CC.kw > 0 && CC.sw > 0 && CC.dw > 0;
 }
 template <class Arch, ConvClass CC>
 constexpr bool dw_fixed_used(int64_t KW) {
-  if (dw_path_known<CC>()) return CC.kw == KW && dw_takes_fixed(CC.w, CC.kw, CC.sw, CC.dw, dw_ur<Arch>());
+  if (dw_path_known<CC>()) return CC.kw == KW && dw_takes_fixed(CC.w, CC.kw, CC.sw, CC.dw);
   return (CC.kw == 0 || CC.kw == KW) && (CC.sw == 0 || CC.sw == 1) && (CC.dw == 0 || CC.dw == 1);
 }
 template <class Arch, ConvClass CC>
+constexpr bool dw_direct_used(int64_t KW, int64_t S) {
+  if (dw_path_known<CC>()) return CC.kw == KW && CC.sw == S && dw_takes_direct(CC.w, CC.kw, CC.sw, CC.dw);
+  return (CC.kw == 0 || CC.kw == KW) && (CC.sw == 0 || CC.sw == S) && (CC.dw == 0 || CC.dw == 1);
+}
+template <class Arch, ConvClass CC>
 constexpr bool dw_generic_used() {
-  return !dw_path_known<CC>() || !dw_takes_fixed(CC.w, CC.kw, CC.sw, CC.dw, dw_ur<Arch>());
+  if (dw_path_known<CC>())
+    return !dw_takes_fixed(CC.w, CC.kw, CC.sw, CC.dw) && !dw_takes_direct(CC.w, CC.kw, CC.sw, CC.dw);
+  // Kernel width 3 or 5, stride 1 or 2, undilated: the fixed-width or the in-place kernel, any width.
+  return !((CC.kw == 3 || CC.kw == 5) && (CC.sw == 1 || CC.sw == 2) && CC.dw == 1);
 }
 
 template <class Arch, ConvClass CC, class Ep, class ParFor>
 void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   constexpr int UR = dw_ur<Arch>();
-  // Rows with no full interior tile (a 14-wide row under a 5x5 kernel has 10 interior pixels, a
-  // 7-wide one 3) would run entirely on the checked tile: pad them instead. Wider rows and
-  // strided convs run faster on the generic tile than with a row copy (bench/kernels_bench.cpp:
-  // 1.6x on 14x14 and 7x7 5x5 layers; 0.7-0.9x on 112-wide and stride-2 layers).
-  if (dw_takes_fixed(a.W, a.KW, a.stride_w, a.dil_w, UR)) {
+  // 3x3 and 5x5, undilated: narrow stride-1 rows on the padded plane, the others in place (see
+  // dw_takes_fixed); anything else on the generic tile.
+  if (dw_takes_fixed(a.W, a.KW, a.stride_w, a.dil_w)) {
     if constexpr (dw_fixed_used<Arch, CC>(3))
       if (a.KW == 3) return conv_nchwc_depthwise_fixed<Arch, 3, 1>(a, ep, par);
     if constexpr (dw_fixed_used<Arch, CC>(5))
       if (a.KW == 5) return conv_nchwc_depthwise_fixed<Arch, 5, 1>(a, ep, par);
   }
-  // A class whose width takes the fixed-width kernel compiles no generic path (it admits no other
-  // width, so it never gets here).
+  if (dw_takes_direct(a.W, a.KW, a.stride_w, a.dil_w)) {
+    if constexpr (dw_direct_used<Arch, CC>(3, 1))
+      if (a.KW == 3 && a.stride_w == 1) return conv_nchwc_depthwise_direct<Arch, 3, 1>(a, ep, par);
+    if constexpr (dw_direct_used<Arch, CC>(3, 2))
+      if (a.KW == 3 && a.stride_w == 2) return conv_nchwc_depthwise_direct<Arch, 3, 2>(a, ep, par);
+    if constexpr (dw_direct_used<Arch, CC>(5, 1))
+      if (a.KW == 5 && a.stride_w == 1) return conv_nchwc_depthwise_direct<Arch, 5, 1>(a, ep, par);
+    if constexpr (dw_direct_used<Arch, CC>(5, 2))
+      if (a.KW == 5 && a.stride_w == 2) return conv_nchwc_depthwise_direct<Arch, 5, 2>(a, ep, par);
+  }
+  // A class whose width takes the fixed-width or the in-place kernel compiles no generic path (it
+  // admits no other width, kernel width or stride, so it never gets here).
   if constexpr (dw_generic_used<Arch, CC>()) {
     const int64_t Cb = nchwc_blocks(a.C, L);
     const bool rows_outer = conv_pixels_outermost(a.threads, a.C, 1, a.H, a.W);

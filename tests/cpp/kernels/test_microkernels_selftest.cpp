@@ -409,11 +409,12 @@ bool depthwise_in_class(const mk::ConvNchwcArgs& a, const Ep& ep) {
   return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, 0, KW, SW}>(a, ep);
 }
 
-// ... and for a stride-1 undilated depthwise conv of input width W too, which fixes its row path
-// (the fixed-width kernel or the generic tiles, by W and the Arch's tile): only that one compiled.
-template <class Arch, int64_t KW, int64_t W, class Ep>
+// ... and for an undilated depthwise conv of input width W too, which fixes its row path (the
+// fixed-width, the in-place or the generic kernel, by W, the stride and the Arch's tile): only that
+// one compiled.
+template <class Arch, int64_t KW, int64_t W, class Ep, int64_t SW = 1>
 bool depthwise_in_width_class(const mk::ConvNchwcArgs& a, const Ep& ep) {
-  return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, 0, KW, 1, 1, W}>(a, ep);
+  return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, 0, KW, SW, 1, W}>(a, ep);
 }
 
 template <class Arch>
@@ -433,15 +434,20 @@ void nchwc_cases(Checker& ck) {
               // dilation 2 with pad 2, stride 2 with a 5x5 kernel, a 1-pixel-wide map.
               C{1, 32, 9, 8, 48, 3, 3, 1, 2, 2, false, true}, C{1, 40, 11, 9, 64, 5, 5, 2, 2, 1, false, true},
               C{1, 64, 6, 1, 64, 3, 3, 1, 1, 1, false, true},
-              // Depthwise rows with no full interior tile take the zero-padded row path (3x3 and
-              // 5x5, stride 1): pads 0-2, KH != KW, batch 2, a row narrower than the kernel's span.
+              // Stride-1 depthwise rows up to 32 wide take the zero-padded plane path (3x3 and
+              // 5x5): pads 0-2, KH != KW, batch 2, a row narrower than the kernel's span.
               C{1, 20, 14, 14, 20, 5, 5, 1, 2, 1, true, true}, C{2, 17, 6, 5, 17, 3, 3, 1, 0, 1, true, true},
               C{1, 33, 7, 7, 33, 5, 5, 1, 2, 1, true, true}, C{1, 5, 6, 3, 5, 5, 5, 1, 2, 1, true, true},
               C{1, 40, 56, 28, 40, 5, 5, 1, 2, 1, true, true},
-              // Wider stride-1 depthwise rows on the generic tile: interior and checked border
-              // tiles (widths off the tile size, pads 0-2, a 1x3 kernel, batch 2).
-              C{1, 20, 5, 37, 20, 3, 3, 1, 1, 1, true, true}, C{2, 17, 4, 30, 17, 3, 3, 1, 0, 1, true, true},
+              // Wider stride-1 depthwise rows on the in-place row kernel: interior and checked
+              // border tiles (widths off the tile size, pads 0-2, a 1x3 kernel, batch 2).
+              C{1, 20, 5, 37, 20, 3, 3, 1, 1, 1, true, true}, C{2, 17, 4, 34, 17, 3, 3, 1, 0, 1, true, true},
               C{1, 33, 6, 41, 33, 5, 5, 1, 2, 1, true, true}, C{1, 16, 3, 40, 16, 1, 3, 1, 1, 1, true, true},
+              // Stride 2 on the in-place row kernel (conv_nchwc_depthwise_direct): odd and even
+              // widths, pads 0-2, 3x3 and 5x5, batch 2; and stride 1 with a pad past the kernel's
+              // reach (whole columns of padding before the first interior tile).
+              C{1, 20, 9, 31, 20, 3, 3, 2, 1, 1, true, true}, C{2, 17, 7, 40, 17, 5, 5, 2, 2, 1, true, true},
+              C{1, 33, 6, 29, 33, 3, 3, 2, 0, 1, true, true}, C{1, 16, 5, 45, 16, 3, 3, 1, 3, 1, true, true},
               // Narrow depthwise maps off the padded-row path's stride-1 case: stride 2, dilation
               // 2, and pads past the kernel's reach (whole rows and columns of padding). Depthwise
               // reads blocked input only (the layout pass blocks a depthwise conv's input first).
@@ -540,6 +546,16 @@ void nchwc_cases(Checker& ck) {
       yc = untouched;
       const bool ran_other = c.KW == 3 ? depthwise_in_class<Arch, 5, 1>(a, ep) : depthwise_in_class<Arch, 3, 2>(a, ep);
       if (ran_other || yc != untouched) std::printf("FAIL %s: a depthwise class of another width ran\n", what.c_str()), ++ck.failures;
+    }
+    if (c.dw && c.s == 2 && c.d == 1 && c.KW == 3 && c.W == 31) {
+      const bool ran = depthwise_in_width_class<Arch, 3, 31, BlockedBiasRelu<Arch>, 2>(a, ep);
+      mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
+      if (!ran) std::printf("FAIL %s: refused by its stride-2 width class\n", what.c_str()), ++ck.failures;
+      ck.same((what + " stride-2 width class").c_str(), out[0], got);
+      yc = untouched;
+      const bool ran_other = depthwise_in_width_class<Arch, 3, 31, BlockedBiasRelu<Arch>, 1>(a, ep) ||
+                             depthwise_in_width_class<Arch, 3, 29, BlockedBiasRelu<Arch>, 2>(a, ep);
+      if (ran_other || yc != untouched) std::printf("FAIL %s: a class of another stride or width ran\n", what.c_str()), ++ck.failures;
     }
     const bool w14 = c.KW == 5 && c.W == 14, w37 = c.KW == 3 && c.W == 37, w5 = c.KW == 3 && c.W == 5;
     if (c.dw && c.s == 1 && c.d == 1 && (w14 || w37 || w5)) {
