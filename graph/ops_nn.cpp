@@ -158,6 +158,8 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_nn_rotary_ops(r);
   nn::register_nn_attention_ops(r);
   nn::register_nn_loss_ops(r);
+  nn::register_nn_fold_ops(r);
+  nn::register_nn_roi_ops(r);
 }
 
 }  // namespace nnfuse

@@ -143,5 +143,7 @@ void register_nn_reduce_ops(OpRegistry& r);
 void register_nn_rotary_ops(OpRegistry& r);
 void register_nn_attention_ops(OpRegistry& r);
 void register_nn_loss_ops(OpRegistry& r);
+void register_nn_fold_ops(OpRegistry& r);
+void register_nn_roi_ops(OpRegistry& r);
 
 }  // namespace nnfuse::nn

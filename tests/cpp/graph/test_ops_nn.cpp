@@ -648,3 +648,101 @@ TEST_CASE("MatMul and Gemm shape inference with symbolic dims and mismatches", "
     REQUIRE(std::string(e.what()).find("has 3 columns but B float32[4,5] has 4 rows") != std::string::npos);
   }
 }
+
+// ------------------------------------------------------------------------------ Col2Im / MaxUnpool
+// Col2Im of the im2col columns of x (written here, naively) is x times the number of patches
+// covering each pixel: 2-D with strides, pads and dilations, and 1-D.
+TEST_CASE("Col2Im inverts im2col up to the patch count per pixel", "[ops][nn]") {
+  struct Case { Shape image, block, dil, pads, strides; };
+  for (const Case& k : {Case{{5, 7}, {2, 3}, {1, 2}, {1, 0, 0, 2}, {2, 1}}, Case{{9}, {3}, {2}, {1, 1}, {3}}, Case{{4, 4}, {1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}}}) {
+    const size_t n = k.image.size();
+    const int64_t N = 2, C = 3;
+    Shape xs = {N, C};
+    xs.insert(xs.end(), k.image.begin(), k.image.end());
+    const Tensor x = random_f32(xs, 7);
+    std::vector<int64_t> grid;
+    int64_t B = 1, Lc = 1, P = 1;
+    for (size_t d = 0; d < n; ++d) {
+      grid.push_back((k.image[d] + k.pads[d] + k.pads[d + n] - k.dil[d] * (k.block[d] - 1) - 1) / k.strides[d] + 1);
+      B *= k.block[d], Lc *= grid[d], P *= k.image[d];
+    }
+    Tensor cols(DType::Float32, {N, C * B, Lc});
+    std::vector<float> want(size_t(N * C * P), 0.f);
+    for (int64_t nc = 0; nc < N * C; ++nc)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t l = 0; l < Lc; ++l) {
+          int64_t off = 0, rb = b, rl = l, stride = 1;
+          bool inside = true;
+          for (size_t d = n; d-- > 0;) {
+            const int64_t at = (rl % grid[d]) * k.strides[d] - k.pads[d] + (rb % k.block[d]) * k.dil[d];
+            inside = inside && at >= 0 && at < k.image[d];
+            off += at * stride, stride *= k.image[d], rl /= grid[d], rb /= k.block[d];
+          }
+          const float v = inside ? x.data<float>()[nc * P + off] : 0.f;
+          cols.data<float>()[(nc * B + b) * Lc + l] = v;
+          if (inside) want[size_t(nc * P + off)] += v;
+        }
+    const auto y = run("Col2Im", {cols, i64({int64_t(n)}, k.image), i64({int64_t(n)}, k.block)},
+                       attrs({{"dilations", A::is(k.dil)}, {"pads", A::is(k.pads)}, {"strides", A::is(k.strides)}}), 18)[0];
+    require_values(y, xs, want);
+  }
+}
+
+TEST_CASE("Col2Im and MaxUnpool errors name the node and the sizes", "[ops][nn]") {
+  // 4x4 image, 2x2 blocks: a 3x3 grid of 9 columns, not 8.
+  REQUIRE_THROWS_WITH(run("Col2Im", {random_f32({1, 4, 8}, 1), i64({2}, {4, 4}), i64({2}, {2, 2})}, {}, 18),
+                      Catch::Contains("node_Col2Im") && Catch::Contains("8 columns") && Catch::Contains("has 9"));
+  REQUIRE_THROWS_WITH(run("Col2Im", {random_f32({1, 6, 9}, 1), i64({2}, {4, 4}), i64({2}, {2, 2})}, {}, 18),
+                      Catch::Contains("multiple of prod(block_shape) = 4"));
+  const Attributes pool = attrs({{"kernel_shape", A::is({2, 2})}, {"strides", A::is({2, 2})}});
+  REQUIRE_THROWS_WITH(run("MaxUnpool", {random_f32({1, 1, 2, 2}, 1), i64({1, 1, 2, 2}, {0, 3, 16, 5})}, pool, 11),
+                      Catch::Contains("node_MaxUnpool") && Catch::Contains("index 16 at I[2]"));
+  REQUIRE_THROWS_WITH(run("MaxUnpool", {random_f32({1, 1, 2, 2}, 1), i64({1, 1, 2, 2}, {0, 3, 9, 5}), i64({4}, {1, 1, 3, 4})}, pool, 11),
+                      Catch::Contains("smaller than the unpooled shape [1,1,4,4]"));
+}
+
+// MaxUnpool(MaxPool(x)) keeps each window's maximum where MaxPool found it and zeros elsewhere;
+// with output_shape, the unpooled image sits at the origin of a larger zero tensor.
+TEST_CASE("MaxUnpool puts MaxPool's maxima back at their indices", "[ops][nn]") {
+  const Tensor x = random_f32({2, 3, 6, 4}, 11);
+  const Attributes pool = attrs({{"kernel_shape", A::is({2, 2})}, {"strides", A::is({2, 2})}});
+  const auto p = run("MaxPool", {x}, pool, 11, 2);
+  const Tensor y = run("MaxUnpool", {p[0], p[1]}, pool, 11)[0];
+  REQUIRE(y.shape() == x.shape());
+  std::vector<float> want(size_t(x.numel()), 0.f);
+  for (int64_t i = 0; i < p[1].numel(); ++i) want[size_t(p[1].data<int64_t>()[i])] = x.data<float>()[p[1].data<int64_t>()[i]];
+  require_values(y, x.shape(), want);
+  const Tensor big = run("MaxUnpool", {p[0], p[1], i64({4}, {2, 3, 7, 5})}, pool, 11)[0];
+  REQUIRE(big.shape() == Shape{2, 3, 7, 5});
+  for (int64_t nc = 0; nc < 6; ++nc)
+    for (int64_t h = 0; h < 7; ++h)
+      for (int64_t w = 0; w < 5; ++w) {
+        const float got = big.data<float>()[(nc * 7 + h) * 5 + w];
+        REQUIRE(got == (h < 6 && w < 4 ? want[size_t((nc * 6 + h) * 4 + w)] : 0.f));
+      }
+}
+
+// On a plane linear in h and w, bilinear samples are exact, so an average bin is the plane at the
+// bin's centre: region [1, 1, 5, 5] with half_pixel starts at 0.5 and has 2x2 bins of 2 pixels.
+TEST_CASE("RoiAlign averages bins of a linear plane to its value at their centres", "[ops][nn]") {
+  Tensor x(DType::Float32, {2, 1, 8, 8});
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t h = 0; h < 8; ++h)
+      for (int64_t w = 0; w < 8; ++w) x.data<float>()[(n * 8 + h) * 8 + w] = float(n * 100 + h * 10 + w);
+  const Attributes a = attrs({{"output_height", A::i(2)}, {"output_width", A::i(2)}, {"sampling_ratio", A::i(2)}});
+  const Tensor y = run("RoiAlign", {x, f32({2, 4}, {1, 1, 5, 5, 1, 1, 5, 5}), i64({2}, {0, 1})}, a, 16)[0];
+  require_values(y, {2, 1, 2, 2}, {16.5f, 18.5f, 36.5f, 38.5f, 116.5f, 118.5f, 136.5f, 138.5f});
+  // output_half_pixel (opset 10's behaviour): no half-pixel shift, so every centre moves by +0.5.
+  const Tensor y10 = run("RoiAlign", {x, f32({1, 4}, {1, 1, 5, 5}), i64({1}, {0})}, a, 10)[0];
+  require_values(y10, {1, 1, 2, 2}, {22.f, 24.f, 42.f, 44.f});
+  REQUIRE_THROWS_WITH(run("RoiAlign", {x, f32({1, 4}, {1, 1, 5, 5}), i64({1}, {2})}, a, 16),
+                      Catch::Contains("node_RoiAlign") && Catch::Contains("batch_indices[0] = 2 is outside the batch of 2"));
+  REQUIRE_THROWS_WITH(run("RoiAlign", {x, f32({1, 4}, {1, 1, 5, 5}), i64({1}, {0})}, attrs({{"mode", A::s("sum")}}), 16),
+                      Catch::Contains("mode must be avg or max"));
+  // A NaN or huge coordinate with an adaptive grid is an error, not a cast of NaN to an integer;
+  // with a fixed grid, NaN samples count as outside the image (0).
+  REQUIRE_THROWS_WITH(run("RoiAlign", {x, f32({1, 4}, {1, 1, 5, std::nanf("")}), i64({1}, {0})}, {}, 16),
+                      Catch::Contains("region 0 needs"));
+  REQUIRE_THROWS_WITH(run("RoiAlign", {x, f32({1, 4}, {0, 0, 1e30f, 5}), i64({1}, {0})}, {}, 16), Catch::Contains("region 0 needs"));
+  require_values(run("RoiAlign", {x, f32({1, 4}, {1, 1, 5, std::nanf("")}), i64({1}, {0})}, a, 16)[0], {1, 1, 2, 2}, {0, 0, 0, 0});
+}
