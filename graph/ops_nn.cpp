@@ -160,6 +160,7 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_nn_loss_ops(r);
   nn::register_nn_fold_ops(r);
   nn::register_nn_roi_ops(r);
+  nn::register_nn_deform_conv_ops(r);
 }
 
 }  // namespace nnfuse

@@ -746,3 +746,38 @@ TEST_CASE("RoiAlign averages bins of a linear plane to its value at their centre
   REQUIRE_THROWS_WITH(run("RoiAlign", {x, f32({1, 4}, {0, 0, 1e30f, 5}), i64({1}, {0})}, {}, 16), Catch::Contains("region 0 needs"));
   require_values(run("RoiAlign", {x, f32({1, 4}, {1, 1, 5, std::nanf("")}), i64({1}, {0})}, a, 16)[0], {1, 1, 2, 2}, {0, 0, 0, 0});
 }
+
+// DeformConv with zero offsets is Conv (groups, strides, pads, dilations); a mask of 0.5 halves
+// everything but the bias; an offset of exactly +1 row reads the next row (zeros past the edge).
+TEST_CASE("DeformConv against Conv: zero offsets, a constant mask, whole-pixel offsets", "[ops][nn]") {
+  const Tensor x = random_f32({2, 4, 7, 6}, 21), w = random_f32({6, 2, 3, 3}, 22), b = random_f32({6}, 23);
+  const Attributes a = attrs({{"group", A::i(2)}, {"strides", A::is({2, 1})}, {"pads", A::is({1, 2, 1, 0})}, {"dilations", A::is({1, 2})}});
+  const Tensor conv = naive_conv2d(x, w, &b, 2, {2, 1}, {1, 2, 1, 0}, {1, 2});
+  const int64_t OH = conv.dim(2), OW = conv.dim(3);
+  Tensor off(DType::Float32, {2, 2 * 9 * 2, OH, OW});  // offset_group 2
+  for (int64_t i = 0; i < off.numel(); ++i) off.data<float>()[i] = 0.f;
+  Attributes ag = a;
+  ag.set("offset_group", A::i(2));
+  require_close(run("DeformConv", {x, w, off, b}, ag, 19)[0], conv);
+  Tensor mask(DType::Float32, {2, 2 * 9, OH, OW});
+  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<float>()[i] = 0.5f;
+  const Tensor half = run("DeformConv", {x, w, off, b, mask}, ag, 19)[0];
+  for (int64_t i = 0; i < half.numel(); ++i) {
+    const float bias = b.data<float>()[(i / (OH * OW)) % 6];
+    REQUIRE(std::fabs(half.data<float>()[i] - (bias + 0.5f * (conv.data<float>()[i] - bias))) <= 1e-4f * (1.f + std::fabs(conv.data<float>()[i])));
+  }
+  // dy = +1 on every tap: the input shifted up by a row, its last row zero (no top padding, which
+  // the shifted conv would read as zeros where the deformable one reads row 0).
+  const Attributes a0 = attrs({{"group", A::i(2)}, {"strides", A::is({2, 1})}, {"pads", A::is({0, 2, 1, 0})}, {"dilations", A::is({1, 2})}});
+  Tensor x_up(DType::Float32, x.shape());
+  for (int64_t nc = 0; nc < 8; ++nc)
+    for (int64_t h = 0; h < 7; ++h)
+      for (int64_t ww = 0; ww < 6; ++ww) x_up.data<float>()[(nc * 7 + h) * 6 + ww] = h + 1 < 7 ? x.data<float>()[(nc * 7 + h + 1) * 6 + ww] : 0.f;
+  const Tensor shifted = naive_conv2d(x_up, w, &b, 2, {2, 1}, {0, 2, 1, 0}, {1, 2});
+  const int64_t OH0 = shifted.dim(2), OW0 = shifted.dim(3);
+  Tensor up(DType::Float32, {2, 9 * 2, OH0, OW0});  // offset_group 1: per tap dy, dx
+  for (int64_t i = 0; i < up.numel(); ++i) up.data<float>()[i] = (i / (OH0 * OW0)) % 2 == 0 ? 1.f : 0.f;
+  require_close(run("DeformConv", {x, w, up, b}, a0, 19)[0], shifted);
+  REQUIRE_THROWS_WITH(run("DeformConv", {x, w, random_f32({2, 9, OH, OW}, 1)}, a, 19),
+                      Catch::Contains("node_DeformConv") && Catch::Contains("offset [2,9,"));
+}
