@@ -25,7 +25,8 @@ template <class Fail>
 DeformGeometry deform_geometry(const Node& node, const Shape& xs, const Shape& ws, const Shape& os, const Shape* bs, const Shape* ms,
                                const Fail& fail) {
   if (xs.size() != 4 || ws.size() != 4 || os.size() != 4)
-    fail("only 2-D DeformConv is supported: X " + shape_str(xs) + ", W " + shape_str(ws) + " and offset " + shape_str(os) + " must be rank 4");
+    fail("only 2-D DeformConv is supported: X " + shape_str(xs) + ", W " + shape_str(ws) + " and offset " + shape_str(os) +
+         " must be rank 4");
   DeformGeometry g;
   g.N = xs[0], g.C = xs[1], g.H = xs[2], g.W = xs[3], g.OC = ws[0], g.KH = ws[2], g.KW = ws[3], g.OH = os[2], g.OW = os[3];
   g.group = node.attrs.get_int("group", 1);
@@ -51,8 +52,8 @@ DeformGeometry deform_geometry(const Node& node, const Shape& xs, const Shape& w
     fail("offset " + shape_str(os) + " must be [" + std::to_string(g.N) + ", " + std::to_string(g.offset_group * taps * 2) + ", oH, oW]");
   const int64_t oh = (g.H + p[0] + p[2] - (g.KH - 1) * g.dh - 1) / g.sh + 1, ow = (g.W + p[1] + p[3] - (g.KW - 1) * g.dw - 1) / g.sw + 1;
   if (g.OH != oh || g.OW != ow)
-    fail("offset's spatial size " + std::to_string(g.OH) + "x" + std::to_string(g.OW) + " is not the convolution's " + std::to_string(oh) + "x" +
-         std::to_string(ow));
+    fail("offset's spatial size " + std::to_string(g.OH) + "x" + std::to_string(g.OW) + " is not the convolution's " + std::to_string(oh) +
+         "x" + std::to_string(ow));
   if (bs && *bs != Shape{g.OC}) fail("B " + shape_str(*bs) + " must be [" + std::to_string(g.OC) + "]");
   if (ms && *ms != Shape{g.N, g.offset_group * taps, g.OH, g.OW})
     fail("mask " + shape_str(*ms) + " must be " + shape_str({g.N, g.offset_group * taps, g.OH, g.OW}));
@@ -114,7 +115,8 @@ Tensor deform_conv_typed(const DeformGeometry& g, const Tensor& X, const Tensor&
       for (int64_t q = 0; q < plane; ++q) {
         double acc = b ? double(b[oc]) : 0.0;
         for (int64_t ci = 0; ci < cpg; ++ci)
-          for (int64_t t = 0; t < taps; ++t) acc += double(w[(oc * cpg + ci) * taps + t]) * cols[size_t(((c0 + ci) * taps + t) * plane + q)];
+          for (int64_t t = 0; t < taps; ++t)
+            acc += double(w[(oc * cpg + ci) * taps + t]) * cols[size_t(((c0 + ci) * taps + t) * plane + q)];
         y[(n * g.OC + oc) * plane + q] = T(acc);
       }
     }
@@ -129,7 +131,8 @@ std::vector<Tensor> deform_conv_kernel(const KernelContext& c) {
                                            M ? &M->shape() : nullptr, [&](const std::string& m) { c.error(m); });
   return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) -> std::vector<Tensor> {
     using T = decltype(tag);
-    return {deform_conv_typed<T>(g, *in[0], *in[1], *in[2], B ? in[3] : nullptr, M ? in[4] : nullptr, [&](const std::string& m) { c.error(m); })};
+    return {deform_conv_typed<T>(g, *in[0], *in[1], *in[2], B ? in[3] : nullptr, M ? in[4] : nullptr,
+                                 [&](const std::string& m) { c.error(m); })};
   });
 }
 
@@ -137,7 +140,8 @@ InferResult infer_deform_conv(const InferContext& c) {
   const TensorType& x = c.input(0);
   if (!is_floatish(x.dtype)) c.error(std::string("X must be a float tensor, got ") + dtype_name(x.dtype));
   for (size_t i = 1; i < c.num_inputs(); ++i)
-    if (c.has_input(i) && c.input(i).dtype != x.dtype) c.error("input " + std::to_string(i) + " must have X's dtype " + dtype_name(x.dtype));
+    if (c.has_input(i) && c.input(i).dtype != x.dtype)
+      c.error("input " + std::to_string(i) + " must have X's dtype " + dtype_name(x.dtype));
   InferResult r;
   const TensorType& w = c.input(1);
   const TensorType& off = c.input(2);
@@ -150,8 +154,9 @@ InferResult infer_deform_conv(const InferContext& c) {
     r.outputs.push_back(TensorType(x.dtype, {Dim(g.N), Dim(g.OC), Dim(g.OH), Dim(g.OW)}));
     return r;
   }
-  r.outputs.push_back(TensorType(x.dtype, {x.has_shape ? x.dims[0] : Dim{}, w.has_shape ? w.dims[0] : Dim{},
-                                           off.has_shape && off.rank() == 4 ? off.dims[2] : Dim{}, off.has_shape && off.rank() == 4 ? off.dims[3] : Dim{}}));
+  r.outputs.push_back(TensorType(
+      x.dtype, {x.has_shape ? x.dims[0] : Dim{}, w.has_shape ? w.dims[0] : Dim{}, off.has_shape && off.rank() == 4 ? off.dims[2] : Dim{},
+                off.has_shape && off.rank() == 4 ? off.dims[3] : Dim{}}));
   return r;
 }
 

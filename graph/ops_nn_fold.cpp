@@ -36,7 +36,8 @@ template <class Fail>
 FoldGeometry fold_geometry(const Node& node, const std::vector<int64_t>& image, const std::vector<int64_t>& block, const Fail& fail) {
   FoldGeometry g;
   const size_t n = image.size();
-  if (n == 0 || block.size() != n) fail("image_shape " + shape_str(image) + " and block_shape " + shape_str(block) + " must be non-empty and of one length");
+  if (n == 0 || block.size() != n)
+    fail("image_shape " + shape_str(image) + " and block_shape " + shape_str(block) + " must be non-empty and of one length");
   g.image = image, g.block = block;
   g.dil = node.attrs.get_ints("dilations", std::vector<int64_t>(n, 1));
   g.pads = node.attrs.get_ints("pads", std::vector<int64_t>(2 * n, 0));
@@ -46,7 +47,8 @@ FoldGeometry fold_geometry(const Node& node, const std::vector<int64_t>& image, 
          std::to_string(n) + " spatial dims");
   for (size_t i = 0; i < n; ++i) {
     if (image[i] <= 0 || block[i] <= 0 || g.dil[i] <= 0 || g.strides[i] <= 0 || g.pads[i] < 0 || g.pads[i + n] < 0)
-      fail("image_shape " + shape_str(image) + ", block_shape " + shape_str(block) + ", dilations, strides (positive) and pads (non-negative) out of range");
+      fail("image_shape " + shape_str(image) + ", block_shape " + shape_str(block) +
+           ", dilations, strides (positive) and pads (non-negative) out of range");
     int64_t span = 0, padded = 0, grid = 0;
     if (__builtin_mul_overflow(g.dil[i], block[i] - 1, &span) || __builtin_add_overflow(span, 1, &span) ||
         __builtin_add_overflow(image[i], g.pads[i], &padded) || __builtin_add_overflow(padded, g.pads[i + n], &padded))
@@ -55,7 +57,8 @@ FoldGeometry fold_geometry(const Node& node, const std::vector<int64_t>& image, 
     grid = (padded - span) / g.strides[i] + 1;
     g.grid.push_back(grid);
     if (__builtin_mul_overflow(g.block_size, block[i], &g.block_size) || __builtin_mul_overflow(g.positions, grid, &g.positions))
-      fail("block_shape " + shape_str(block) + " or the sliding grid over image_shape " + shape_str(image) + " has more than 2^63 elements");
+      fail("block_shape " + shape_str(block) + " or the sliding grid over image_shape " + shape_str(image) +
+           " has more than 2^63 elements");
   }
   return g;
 }
@@ -101,9 +104,11 @@ std::vector<Tensor> col2im_kernel(const KernelContext& c) {
   const Tensor& X = c.input(0);
   if (X.rank() != 3) c.error("input must be [N, C * prod(block_shape), L], got rank " + std::to_string(X.rank()));
   auto fail = [&](const std::string& m) { c.error(m); };
-  const FoldGeometry g = fold_geometry(c.node, int_values(c.input(1), "image_shape", fail), int_values(c.input(2), "block_shape", fail), fail);
+  const FoldGeometry g =
+      fold_geometry(c.node, int_values(c.input(1), "image_shape", fail), int_values(c.input(2), "block_shape", fail), fail);
   if (X.shape()[1] % g.block_size != 0)
-    c.error("input channels " + std::to_string(X.shape()[1]) + " are not a multiple of prod(block_shape) = " + std::to_string(g.block_size));
+    c.error("input channels " + std::to_string(X.shape()[1]) +
+            " are not a multiple of prod(block_shape) = " + std::to_string(g.block_size));
   if (X.shape()[2] != g.positions)
     c.error("input has " + std::to_string(X.shape()[2]) + " columns, the sliding grid over image_shape has " + std::to_string(g.positions));
   return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) -> std::vector<Tensor> {
@@ -122,8 +127,10 @@ InferResult infer_col2im(const InferContext& c) {
   if (!image || !block) {
     // The output's rank is that of image_shape's length, when its shape is known.
     const TensorType& it = c.input(1);
-    if (it.has_shape && it.rank() == 1 && it.dims[0].known()) r.outputs.push_back(TensorType(x.dtype, std::vector<Dim>(size_t(it.dims[0].value + 2))));
-    else r.outputs.push_back(TensorType::unknown_shape(x.dtype));
+    if (it.has_shape && it.rank() == 1 && it.dims[0].known())
+      r.outputs.push_back(TensorType(x.dtype, std::vector<Dim>(size_t(it.dims[0].value + 2))));
+    else
+      r.outputs.push_back(TensorType::unknown_shape(x.dtype));
     return r;
   }
   auto fail = [&](const std::string& m) { c.error(m); };
@@ -131,11 +138,13 @@ InferResult infer_col2im(const InferContext& c) {
   std::vector<Dim> d = {x.has_shape ? x.dims[0] : Dim{}, Dim{}};
   if (x.has_shape && x.dims[1].known()) {
     if (x.dims[1].value % g.block_size != 0)
-      c.error("input channels " + std::to_string(x.dims[1].value) + " are not a multiple of prod(block_shape) = " + std::to_string(g.block_size));
+      c.error("input channels " + std::to_string(x.dims[1].value) +
+              " are not a multiple of prod(block_shape) = " + std::to_string(g.block_size));
     d[1] = Dim(x.dims[1].value / g.block_size);
   }
   if (x.has_shape && x.dims[2].known() && x.dims[2].value != g.positions)
-    c.error("input has " + std::to_string(x.dims[2].value) + " columns, the sliding grid over image_shape has " + std::to_string(g.positions));
+    c.error("input has " + std::to_string(x.dims[2].value) + " columns, the sliding grid over image_shape has " +
+            std::to_string(g.positions));
   for (int64_t v : g.image) d.push_back(Dim(v));
   r.outputs.push_back(TensorType(x.dtype, d));
   return r;
@@ -154,7 +163,8 @@ std::vector<Dim> unpool_shape(const Node& node, const std::vector<Dim>& xd, cons
          std::to_string(n) + " spatial dims");
   std::vector<Dim> out = {xd[0], xd[1]};
   for (size_t i = 0; i < n; ++i) {
-    if (k[i] <= 0 || strides[i] <= 0 || pads[i] < 0 || pads[i + n] < 0) fail("kernel_shape, strides (positive) and pads (non-negative) out of range");
+    if (k[i] <= 0 || strides[i] <= 0 || pads[i] < 0 || pads[i + n] < 0)
+      fail("kernel_shape, strides (positive) and pads (non-negative) out of range");
     if (!xd[i + 2].known()) {
       out.push_back(Dim{});
       continue;
@@ -173,7 +183,8 @@ std::vector<Tensor> maxunpool_kernel(const KernelContext& c) {
   const Tensor& X = c.input(0);
   const Tensor& I = c.input(1);
   if (X.rank() < 3) c.error("X must be [N, C, spatial...], got rank " + std::to_string(X.rank()));
-  if (I.dtype() != DType::Int64 || I.shape() != X.shape()) c.error("I must be int64 of X's shape " + shape_str(X.shape()) + ", got " + shape_str(I.shape()));
+  if (I.dtype() != DType::Int64 || I.shape() != X.shape())
+    c.error("I must be int64 of X's shape " + shape_str(X.shape()) + ", got " + shape_str(I.shape()));
   // The indices address the inferred shape; output_shape, when given, pads it with zeros at the
   // end of each dim (as the ONNX reference does).
   Shape inferred;
@@ -191,8 +202,8 @@ std::vector<Tensor> maxunpool_kernel(const KernelContext& c) {
   const int64_t* idx = I.data<int64_t>();
   for (int64_t i = 0; i < count; ++i)
     if (idx[i] < 0 || idx[i] >= total)
-      c.error("index " + std::to_string(idx[i]) + " at I[" + std::to_string(i) + "] is outside the unpooled shape's " + std::to_string(total) +
-              " elements");
+      c.error("index " + std::to_string(idx[i]) + " at I[" + std::to_string(i) + "] is outside the unpooled shape's " +
+              std::to_string(total) + " elements");
   Tensor Y(X.dtype(), ys);
   return dispatch_dtype(X.dtype(), [&](auto tag) -> std::vector<Tensor> {
     using T = decltype(tag);

@@ -33,10 +33,12 @@ RoiParams roi_params(const Node& node, int64_t opset, const Fail& fail) {
   p.scale = node.attrs.get_float("spatial_scale", 1.0f);
   const std::string mode = node.attrs.get_string("mode", "avg");
   const std::string ctm = node.attrs.get_string("coordinate_transformation_mode", opset >= 16 ? "half_pixel" : "output_half_pixel");
-  if (p.out_h <= 0 || p.out_w <= 0) fail("output_height and output_width must be positive, got " + std::to_string(p.out_h) + " x " + std::to_string(p.out_w));
+  if (p.out_h <= 0 || p.out_w <= 0)
+    fail("output_height and output_width must be positive, got " + std::to_string(p.out_h) + " x " + std::to_string(p.out_w));
   if (p.sampling < 0) fail("sampling_ratio must be >= 0, got " + std::to_string(p.sampling));
   if (mode != "avg" && mode != "max") fail("mode must be avg or max, got '" + mode + "'");
-  if (ctm != "half_pixel" && ctm != "output_half_pixel") fail("coordinate_transformation_mode must be half_pixel or output_half_pixel, got '" + ctm + "'");
+  if (ctm != "half_pixel" && ctm != "output_half_pixel")
+    fail("coordinate_transformation_mode must be half_pixel or output_half_pixel, got '" + ctm + "'");
   p.max_mode = mode == "max";
   p.half_pixel = ctm == "half_pixel";
   return p;
@@ -52,11 +54,11 @@ Sample bilinear_sample(double y, double x, int64_t H, int64_t W) {
   Sample s;
   if (!(y >= -1.0 && y <= double(H) && x >= -1.0 && x <= double(W))) return s;  // NaN included
   y = std::max(y, 0.0), x = std::max(x, 0.0);
-  int64_t y0 = int64_t(y), x0 = int64_t(x), y1, x1;
-  if (y0 >= H - 1) y1 = y0 = H - 1, y = double(y0);
-  else y1 = y0 + 1;
-  if (x0 >= W - 1) x1 = x0 = W - 1, x = double(x0);
-  else x1 = x0 + 1;
+  int64_t y0 = int64_t(y), x0 = int64_t(x);
+  // At or past the last row (column) the sample is that row: both corners there, weight on one.
+  if (y0 >= H - 1) y0 = H - 1, y = double(y0);
+  if (x0 >= W - 1) x0 = W - 1, x = double(x0);
+  const int64_t y1 = std::min(y0 + 1, H - 1), x1 = std::min(x0 + 1, W - 1);
   const double ly = y - double(y0), lx = x - double(x0), hy = 1.0 - ly, hx = 1.0 - lx;
   s.pos[0] = y0 * W + x0, s.pos[1] = y0 * W + x1, s.pos[2] = y1 * W + x0, s.pos[3] = y1 * W + x1;
   s.w[0] = hy * hx, s.w[1] = hy * lx, s.w[2] = ly * hx, s.w[3] = ly * lx;
@@ -132,7 +134,8 @@ std::vector<Tensor> roi_align_kernel(const KernelContext& c) {
   for (int64_t r = 0; r < R; ++r) {
     batch[size_t(r)] = bi.dtype() == DType::Int64 ? bi.data<int64_t>()[r] : int64_t(bi.data<int32_t>()[r]);
     if (batch[size_t(r)] < 0 || batch[size_t(r)] >= X.shape()[0])
-      c.error("batch_indices[" + std::to_string(r) + "] = " + std::to_string(batch[size_t(r)]) + " is outside the batch of " + std::to_string(X.shape()[0]));
+      c.error("batch_indices[" + std::to_string(r) + "] = " + std::to_string(batch[size_t(r)]) + " is outside the batch of " +
+              std::to_string(X.shape()[0]));
   }
   return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) -> std::vector<Tensor> {
     using T = decltype(tag);
@@ -149,7 +152,8 @@ InferResult infer_roi_align(const InferContext& c) {
   const RoiParams p = roi_params(c.node, c.opset, [&](const std::string& m) { c.error(m); });
   const TensorType& b = c.input(2);
   InferResult r;
-  r.outputs.push_back(TensorType(x.dtype, {b.has_shape && b.rank() == 1 ? b.dims[0] : Dim{}, x.has_shape ? x.dims[1] : Dim{}, Dim(p.out_h), Dim(p.out_w)}));
+  r.outputs.push_back(
+      TensorType(x.dtype, {b.has_shape && b.rank() == 1 ? b.dims[0] : Dim{}, x.has_shape ? x.dims[1] : Dim{}, Dim(p.out_h), Dim(p.out_w)}));
   return r;
 }
 

@@ -611,13 +611,12 @@ NNFUSE_MK_TILE void dw_register_tile(int64_t kl, int64_t kh, const RowPtr& rowp,
 
 // Depthwise with the kernel width KW and column stride S known at compile time (undilated
 // columns), read in place: the rows are wide enough for full tiles inside the input (the narrow
-// ones take conv_nchwc_depthwise_fixed, below). Per kernel row, a tile loads the (UR - 1) * S + KW input
-// vectors its UR pixels share once and runs every kernel column from registers, as the padded-row
-// kernel does, but without copying the rows: interior tiles load unchecked, the border tiles (the
-// left padding's pixels, the right end, a short last tile) load zeros outside the row. The generic
-// tile below loads one input vector per FMA and ran these layers at ~20% of the FMA peak
-// (MobileNetV2's and EfficientNet's 3x3 and 5x5 layers, stride 1 and 2: bench/kernels_bench.cpp
-// --only mobile).
+// ones take conv_nchwc_depthwise_fixed, below). Each tile runs on the register tile
+// (dw_register_tile), as the padded-plane kernel does, but without copying the rows: interior
+// tiles load unchecked, the border tiles (the left padding's pixels, the right end, a short last
+// tile) load zeros outside the row. The generic tile below loads one input vector per FMA and ran
+// these layers at ~20% of the FMA peak (MobileNetV2's and EfficientNet's 3x3 and 5x5 layers,
+// stride 1 and 2: bench/kernels_bench.cpp --only mobile).
 // Its row tile: 8 pixels at stride 1, 6 at stride 2 with 32 vector registers (AVX-512, NEON),
 // half that with AVX2's 16. The register budget (UR accumulators, (UR - 1) * S + KW inputs and a
 // weight) would allow up to 14, but the compiler then spills in the checked tiles: 12 to 14 pixels
