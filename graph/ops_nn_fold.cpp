@@ -21,9 +21,7 @@ template <class Fail>
 std::vector<int64_t> int_values(const Tensor& t, const char* what, const Fail& fail) {
   if (t.dtype() != DType::Int64 || t.rank() != 1)
     fail(std::string(what) + " must be a 1-D int64 tensor, got " + dtype_name(t.dtype()) + " " + shape_str(t.shape()));
-  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = t.data<int64_t>()[i];
-  return v;
+  return t.to_int_vector();
 }
 
 // Col2Im's geometry: spatial rank n, the sliding grid per dim, with the attributes checked.

@@ -130,9 +130,8 @@ std::vector<Tensor> roi_align_kernel(const KernelContext& c) {
   if (R < 0 || rois.shape() != Shape{R, 4})
     c.error("rois must be [num_rois, 4] and batch_indices [num_rois], got " + shape_str(rois.shape()) + " and " + shape_str(bi.shape()));
   if (rois.dtype() != X.dtype()) c.error("rois must have X's dtype");
-  std::vector<int64_t> batch(static_cast<size_t>(R));
+  const std::vector<int64_t> batch = bi.to_int_vector();
   for (int64_t r = 0; r < R; ++r) {
-    batch[size_t(r)] = bi.dtype() == DType::Int64 ? bi.data<int64_t>()[r] : int64_t(bi.data<int32_t>()[r]);
     if (batch[size_t(r)] < 0 || batch[size_t(r)] >= X.shape()[0])
       c.error("batch_indices[" + std::to_string(r) + "] = " + std::to_string(batch[size_t(r)]) + " is outside the batch of " +
               std::to_string(X.shape()[0]));

@@ -662,13 +662,13 @@ void conv_nchwc_depthwise_direct(const ConvNchwcArgs& a, const Ep& ep, const Par
 // bounds checks on the register tile (dw_register_tile). Rows outside the input are skipped
 // (kh_range), not padded. A task was one output row, which copied its KH input rows again
 // for every output row: 5x the copies of a 5x5 layer, on maps where a row is ~100-200 FMAs.
-template <class Arch, int KW, int S, class Ep, class ParFor>
+template <class Arch, int KW, class Ep, class ParFor>
 void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
-  constexpr int UR = dw_direct_ur<Arch, S>();
+  constexpr int UR = dw_direct_ur<Arch, 1>();
   const int64_t Cb = nchwc_blocks(a.C, L), tiles = ceil_div(a.OW, int64_t(UR));
-  const int64_t Wp = (tiles * UR - 1) * S + KW;  // padded row: every tile's taps, in pixels
+  const int64_t Wp = tiles * UR - 1 + KW;  // padded row: every tile's taps, in pixels
   const int64_t left = std::min(a.pad_left, Wp), mid = std::max<int64_t>(0, std::min(a.W, Wp - left));
   par(a.N * Cb, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     float* xpad = thread_scratch(ScratchSlot::DepthwiseRows, a.H * Wp * L);
@@ -689,7 +689,7 @@ void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParF
         const int64_t r0 = oh * a.stride_h - a.pad_top;  // the input row of kernel row 0 (may be < 0)
         auto rowp = [&](int64_t k) { return xpad + (r0 + k * a.dil_h) * Wp * L; };
         for (int64_t ow = 0; ow < a.OW; ow += UR)
-          dw_register_tile<Arch, KW, S, UR, false>(kl, kh, rowp, ow * S, Wp, wb, yb, row, oh * a.OW + ow, std::min<int64_t>(UR, a.OW - ow), ep);
+          dw_register_tile<Arch, KW, 1, UR, false>(kl, kh, rowp, ow, Wp, wb, yb, row, oh * a.OW + ow, std::min<int64_t>(UR, a.OW - ow), ep);
       }
     }
   });
@@ -715,7 +715,7 @@ constexpr bool dw_takes_direct(int64_t W, int64_t KW, int64_t sw, int64_t dw) {
 }
 
 // Which depthwise row paths class CC compiles: all, unless its width, kernel width, stride and
-// dilation fix the one it takes; the fixed-width and in-place kernels only for its kernel width
+// dilation fix the one it takes; the padded-plane and in-place kernels only for its kernel width
 // and stride.
 template <ConvClass CC>
 constexpr bool dw_path_known() {
@@ -735,7 +735,7 @@ template <class Arch, ConvClass CC>
 constexpr bool dw_generic_used() {
   if (dw_path_known<CC>())
     return !dw_takes_fixed(CC.w, CC.kw, CC.sw, CC.dw) && !dw_takes_direct(CC.w, CC.kw, CC.sw, CC.dw);
-  // Kernel width 3 or 5, stride 1 or 2, undilated: the fixed-width or the in-place kernel, any width.
+  // Kernel width 3 or 5, stride 1 or 2, undilated: the padded-plane or the in-place kernel, any width.
   return !((CC.kw == 3 || CC.kw == 5) && (CC.sw == 1 || CC.sw == 2) && CC.dw == 1);
 }
 
@@ -747,9 +747,9 @@ void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& pa
   // dw_takes_fixed); anything else on the generic tile.
   if (dw_takes_fixed(a.W, a.KW, a.stride_w, a.dil_w)) {
     if constexpr (dw_fixed_used<Arch, CC>(3))
-      if (a.KW == 3) return conv_nchwc_depthwise_fixed<Arch, 3, 1>(a, ep, par);
+      if (a.KW == 3) return conv_nchwc_depthwise_fixed<Arch, 3>(a, ep, par);
     if constexpr (dw_fixed_used<Arch, CC>(5))
-      if (a.KW == 5) return conv_nchwc_depthwise_fixed<Arch, 5, 1>(a, ep, par);
+      if (a.KW == 5) return conv_nchwc_depthwise_fixed<Arch, 5>(a, ep, par);
   }
   if (dw_takes_direct(a.W, a.KW, a.stride_w, a.dil_w)) {
     if constexpr (dw_direct_used<Arch, CC>(3, 1))
@@ -761,7 +761,7 @@ void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& pa
     if constexpr (dw_direct_used<Arch, CC>(5, 2))
       if (a.KW == 5 && a.stride_w == 2) return conv_nchwc_depthwise_direct<Arch, 5, 2>(a, ep, par);
   }
-  // A class whose width takes the fixed-width or the in-place kernel compiles no generic path (it
+  // A class whose width takes the padded-plane or the in-place kernel compiles no generic path (it
   // admits no other width, kernel width or stride, so it never gets here).
   if constexpr (dw_generic_used<Arch, CC>()) {
     const int64_t Cb = nchwc_blocks(a.C, L);
