@@ -6,6 +6,7 @@ once per value of the environment variable (A, B, A, B, ...), and every output i
 ONNX Runtime (CPU). Prints one JSON line per run and a summary of median latencies per value.
 
     python3 bench/gpu_ab.py --env NNFUSE_DEVICE_SPLIT_K --values 512,0 --models resnet50,bert_base
+    python3 bench/gpu_ab.py --env NNFUSE_DEVICE_PRECISION --values fp32,fp16   # tensor cores
 """
 from __future__ import annotations
 
@@ -19,6 +20,19 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check import cli, compare, feeds_for, run_nnfuse, run_ort  # noqa: E402
+
+
+def scaled_error(got, want) -> float:
+    """The largest |error| of any float output over that output's largest |value|: how reduced
+    precision (NNFUSE_DEVICE_PRECISION=fp16) is judged, where `worst` (fp32 tolerances) fails."""
+    rel = 0.0
+    for name, w in want.items():
+        g = got.get(name)
+        if g is None or g.shape != w.shape:
+            return float("inf")
+        if w.dtype.kind == "f" and w.size:
+            rel = max(rel, float(np.abs(g.astype(np.float64) - w).max() / max(np.abs(w).max(), 1e-3)))
+    return rel
 
 
 def main() -> int:
@@ -50,6 +64,7 @@ def main() -> int:
                 got, rep = run_nnfuse(path, feeds, None, a.target, a.runs, work)
                 ok, worst = compare(got, want)
                 row = {"model": name, a.env: v, "round": rnd, "ms": rep["latency_ms"]["median"], "ok": ok, "worst": worst,
+                       "rel": scaled_error(got, want),
                        "compile_ms": rep.get("compile_ms"), "forms": rep.get("compile", {}).get("kernel_forms")}
                 summary.setdefault(name, {}).setdefault(v, []).append(row["ms"])
                 print(json.dumps(row), flush=True)

@@ -88,14 +88,14 @@ void register_builtin_backends() {
     ocl.name = "opencl";
     ocl.handles = [](const std::string& t) { return t == "mali-opencl"; };
     ocl.compile = [](const Model& m, const FusionPlan* plan, const CompileOptions& o) -> std::unique_ptr<Executable> {
-      return std::make_unique<DeviceExecutable>(device::DeviceModel::build(m.graph, plan, device::make_opencl_api(), o.target));
+      return std::make_unique<DeviceExecutable>(device::DeviceModel::build(m.graph, plan, device::make_opencl_api(), o.target, o.precision));
     };
     register_backend(std::move(ocl));
     Backend cuda;
     cuda.name = "cuda";
     cuda.handles = [](const std::string& t) { return t == "volta-cuda"; };
     cuda.compile = [](const Model& m, const FusionPlan* plan, const CompileOptions& o) -> std::unique_ptr<Executable> {
-      return std::make_unique<DeviceExecutable>(device::DeviceModel::build(m.graph, plan, device::make_cuda_api(), o.target));
+      return std::make_unique<DeviceExecutable>(device::DeviceModel::build(m.graph, plan, device::make_cuda_api(), o.target, o.precision));
     };
     register_backend(std::move(cuda));
   });
@@ -158,6 +158,9 @@ void register_backend(Backend b) {
 }
 
 std::unique_ptr<Executable> compile(const Model& m, const FusionPlan* plan, const CompileOptions& o) {
+  if (o.precision != "fp32" && o.precision != "fp16") fail(ErrorKind::Invalid, "precision '" + o.precision + "': expected fp32 or fp16");
+  if (o.precision != "fp32" && o.target != "volta-cuda" && o.target != "mali-opencl")
+    fail(ErrorKind::Invalid, "precision " + o.precision + " applies to GPU targets (volta-cuda: tensor cores); target " + o.target + " runs fp32");
   if (o.target == "reference") return std::make_unique<ReferenceExecutable>(m, plan);
   target_by_name(o.target);  // unknown names fail with the list of targets
   register_builtin_backends();

@@ -21,6 +21,9 @@ struct CompileOptions {
   // Choose each convolution's algorithm by timing the candidates on this machine (cached per
   // machine and layer shape); false (--no-profile): the cost model alone, deterministic.
   bool profile = true;
+  // GPU targets: "fp32", or "fp16" for GEMM and conv tiles on tensor cores (volta-cuda; fp16
+  // operands, fp32 accumulation). CPU targets take fp32 only.
+  std::string precision = "fp32";
   // Called as generated translation units finish compiling (done, total); the CLI draws a
   // progress bar with it on a terminal. May be called from compiler worker threads (serialised).
   std::function<void(size_t done, size_t total)> progress;

@@ -394,6 +394,7 @@ CompiledModel compile(const Model& model, const CompileOptions& opt) {
     impl->opt.threads = opt.threads;
     impl->opt.cache_dir = opt.cache_dir;
     impl->opt.profile = opt.profile;
+    impl->opt.precision = opt.precision;
     const in::Graph& g = impl->model.graph;
     impl->input_names = runtime_inputs(g);
     impl->ins = infos(g, impl->input_names);

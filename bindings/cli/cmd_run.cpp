@@ -228,6 +228,7 @@ int run_run(const ParsedArgs& args) {
     co.progress = terminal_progress("compiling kernels");
     co.threads = int(threads);
     co.profile = !args.has("--no-profile");
+    co.precision = args.get("--precision", "fp32");
     exe = compile(m, opt && opt->plan ? &*opt->plan : nullptr, co);
   }
   const double compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tc0).count();
@@ -357,6 +358,7 @@ Command run_command() {
       {"--pipeline-file", "", "FILE", "a pipeline file to run instead of --pipeline"},
       {"--rules", "", "FILE", "a user rule file for the pipeline's rule passes", true},
       {"--no-profile", "", "", "settle undecided fusions and conv algorithms by the cost models alone (no timing)"},
+      {"--precision", "", "P", "GPU targets: fp32 (default) or fp16 (volta-cuda: MatMul/Gemm/Conv tiles on tensor cores, fp32 accumulation)"},
       {"--shape", "", "NAME=DIMS", "bind a model input's dims, e.g. --shape input=1,3,224,224", true},
       {"--input", "", "NAME=FILE", "feed input NAME from a .npy file or an onnx.TensorProto .pb file (give all inputs, or none)", true},
       {"--seed", "", "N", "seed of the random inputs used when no --input is given (default 0)"},

@@ -240,17 +240,18 @@ PYBIND11_MODULE(_core, m) {
       });
 
   m.def("compile", [](const Model& model, const std::string& target, int threads, const std::string& cache_dir, bool profile,
-                       bool background) {
+                       bool background, const std::string& precision) {
         CompileOptions o;
         o.target = target;
         o.threads = threads;
         o.cache_dir = cache_dir;
         o.profile = profile;
         o.background = background;
+        o.precision = precision;
         py::gil_scoped_release nogil;
         return compile(model, o);
       }, py::arg("model"), py::arg("target") = "host", py::arg("threads") = 0, py::arg("cache_dir") = "", py::arg("profile") = true,
-      py::arg("background") = false);
+      py::arg("background") = false, py::arg("precision") = "fp32");
 
   m.def("version", &version);
   m.def("zoo_names", &zoo_names);

@@ -450,6 +450,7 @@ class CudaApi final : public DeviceApi {
     log_ = out.log;
   }
   bool build_cached() const override { return cache_hit_; }
+  bool tensor_cores() const override { return sm_ >= 70; }  // PTX wmma m16n16k16 f16: sm_70 and later
 
   // Resolves the entry points of a loaded module, which becomes the current program.
   void bind_functions(CUmodule m, const std::vector<std::string>& kernels) {
@@ -610,6 +611,40 @@ typedef int i32; typedef unsigned int u32; typedef long long i64; typedef unsign
 #define NF_INF __int_as_float(0x7f800000)
 #define NF_NAN __int_as_float(0x7fffffff)
 #define NF_RESTRICT __restrict__
+#ifndef NF_HOST_EMULATION
+// Tensor cores through PTX's wmma instructions (sm_70+), so that no CUDA header is needed (the
+// pip NVRTC has none). A host emulation defines NF_HOST_EMULATION and its own versions.
+#define NF_ALIGN32 __align__(32)
+typedef struct { u32 x[8]; } nf_frag_ab;
+typedef struct { float x[8]; } nf_frag_c;
+__device__ static inline u16 nf_f2h(float v) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }
+__device__ static inline void nf_mma_zero(nf_frag_c* c) {
+  for (int i = 0; i < 8; ++i) c->x[i] = 0.0f;
+}
+__device__ static inline void nf_mma_load_a(nf_frag_ab* f, const u16* p, int ld) {
+  asm volatile("wmma.load.a.sync.aligned.row.m16n16k16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8], %9;"
+               : "=r"(f->x[0]), "=r"(f->x[1]), "=r"(f->x[2]), "=r"(f->x[3]), "=r"(f->x[4]), "=r"(f->x[5]), "=r"(f->x[6]), "=r"(f->x[7])
+               : "l"(p), "r"(ld) : "memory");
+}
+__device__ static inline void nf_mma_load_b(nf_frag_ab* f, const u16* p, int ld) {
+  asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8], %9;"
+               : "=r"(f->x[0]), "=r"(f->x[1]), "=r"(f->x[2]), "=r"(f->x[3]), "=r"(f->x[4]), "=r"(f->x[5]), "=r"(f->x[6]), "=r"(f->x[7])
+               : "l"(p), "r"(ld) : "memory");
+}
+__device__ static inline void nf_mma(nf_frag_c* c, const nf_frag_ab* a, const nf_frag_ab* b) {
+  asm volatile("wmma.mma.sync.aligned.row.row.m16n16k16.f32.f32 {%0, %1, %2, %3, %4, %5, %6, %7}, "
+               "{%8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19, %20, %21, %22, %23}, "
+               "{%0, %1, %2, %3, %4, %5, %6, %7};"
+               : "+f"(c->x[0]), "+f"(c->x[1]), "+f"(c->x[2]), "+f"(c->x[3]), "+f"(c->x[4]), "+f"(c->x[5]), "+f"(c->x[6]), "+f"(c->x[7])
+               : "r"(a->x[0]), "r"(a->x[1]), "r"(a->x[2]), "r"(a->x[3]), "r"(a->x[4]), "r"(a->x[5]), "r"(a->x[6]), "r"(a->x[7]),
+                 "r"(b->x[0]), "r"(b->x[1]), "r"(b->x[2]), "r"(b->x[3]), "r"(b->x[4]), "r"(b->x[5]), "r"(b->x[6]), "r"(b->x[7]));
+}
+__device__ static inline void nf_mma_store(float* p, const nf_frag_c* c, int ld) {
+  asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {%1, %2, %3, %4, %5, %6, %7, %8}, %9;"
+               :: "l"(p), "f"(c->x[0]), "f"(c->x[1]), "f"(c->x[2]), "f"(c->x[3]), "f"(c->x[4]), "f"(c->x[5]), "f"(c->x[6]), "f"(c->x[7]),
+                  "r"(ld) : "memory");
+}
+#endif
 )";
 }
 

@@ -41,6 +41,8 @@ class DeviceApi {
   virtual std::string build_log() const = 0;
   // Whether the last build loaded a program compiled before (kernels/device/program_cache.h).
   virtual bool build_cached() const { return false; }
+  // Whether the device runs the prelude's tensor-core helpers (DeviceProgramOptions::tensor_cores).
+  virtual bool tensor_cores() const { return false; }
   virtual DeviceMemory alloc(int64_t bytes) = 0;
   virtual void release(DeviceMemory m) = 0;
   virtual void upload(DeviceMemory dst, int64_t offset, const void* src, int64_t bytes) = 0;

@@ -35,7 +35,15 @@ int64_t env_setting(const char* name, int64_t fallback, std::initializer_list<in
 }  // namespace
 
 std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan* plan, std::unique_ptr<DeviceApi> api,
-                                                const std::string& target) {
+                                                const std::string& target, const std::string& precision_option) {
+  std::string precision = precision_option;
+  if (const char* e = std::getenv("NNFUSE_DEVICE_PRECISION"); e && *e) precision = e;
+  if (precision != "fp32" && precision != "fp16")
+    fail(ErrorKind::Invalid, "device precision '" + precision + "': expected fp32 or fp16 (NNFUSE_DEVICE_PRECISION, --precision)");
+  if (precision == "fp16" && !api->tensor_cores())
+    fail(ErrorKind::Unsupported, "precision fp16 runs GEMM and conv tiles on tensor cores, which the " + api->backend() + " device (" +
+                                     api->device_info().value("name", std::string("?")) +
+                                     ") does not have: volta-cuda on a GPU of sm_70 or later has them; use precision fp32");
   std::unique_ptr<DeviceModel> m(new DeviceModel());
   m->target_ = target;
   m->api_ = std::move(api);
@@ -51,6 +59,9 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
   po.register_block = int(env_setting("NNFUSE_DEVICE_REGISTER_BLOCK", po.register_block, {0, 1, 2, 4},
                                       "1, 2 or 4 outputs per work-item along each axis (0: by shape)"));
   po.k_tile = int(env_setting("NNFUSE_DEVICE_K_TILE", po.k_tile, {8, 16, 32}, "8, 16 or 32"));
+  po.tensor_cores = precision == "fp16";
+  po.tensor_core_min_groups = env_setting("NNFUSE_DEVICE_TENSOR_CORE_GROUPS", po.tensor_core_min_groups, {},
+                                          "a number of work-groups (0: every tiled product on tensor cores)");
   m->prog_ = print_device_program(m->mod_, po);
   const double print_ms = ms_since(t0);
   std::vector<std::string> names;
@@ -83,8 +94,10 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
     m->graph_replay_ = GraphReplay::Off;
   nlohmann::json forms = nlohmann::json::object();
   nlohmann::json blocks = nlohmann::json::object();
+  int tensor_core_kernels = 0;
   for (auto& k : m->prog_.kernels) {
     forms[k.form] = forms.value(k.form, 0) + 1;
+    tensor_core_kernels += k.tensor_cores;
     if (k.register_block > 0) blocks[std::to_string(k.register_block)] = blocks.value(std::to_string(k.register_block), 0) + 1;
   }
   m->build_info_ = {{"target", target},
@@ -100,6 +113,8 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
                     {"split_k_groups", po.split_k_groups},
                     {"register_blocks", blocks},
                     {"k_tile", po.k_tile},
+                    {"precision", precision},
+                    {"tensor_core_kernels", tensor_core_kernels},
                     {"host_stages", host},
                     {"arena_bytes", m->mod_.arena_bytes},
                     {"weight_bytes", weight_bytes},

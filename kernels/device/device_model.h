@@ -22,8 +22,11 @@ namespace nnfuse::device {
 class DeviceModel {
  public:
   // Lowers (plan may be null: one block per operator), prints and builds the program on `api`.
+  // `precision`: "fp32", or "fp16" for GEMM/conv tiles on tensor cores (fp16 operands, fp32
+  // accumulation; a backend without them is an Unsupported error); $NNFUSE_DEVICE_PRECISION
+  // overrides it.
   static std::unique_ptr<DeviceModel> build(const Graph& g, const FusionPlan* plan, std::unique_ptr<DeviceApi> api,
-                                            const std::string& target);
+                                            const std::string& target, const std::string& precision = "fp32");
   ~DeviceModel();
   DeviceModel(const DeviceModel&) = delete;
   DeviceModel& operator=(const DeviceModel&) = delete;

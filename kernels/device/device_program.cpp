@@ -22,6 +22,7 @@ constexpr int64_t kMinBlockedGroups = 256;  // register blocking by shape: the l
 constexpr int64_t kSplitMinK = 128;  // split-K: the least K per split
 constexpr int kGroup = 256;      // work-items per group for every other form
 constexpr int64_t kMinTiledRows = 8;  // Conv: output channels per group below this run direct
+constexpr int kTensorMinKTile = 32;  // tensor-core tiles: the least k per staged step (two m16n16k16)
 
 std::string flt(double v) {
   if (std::isnan(v)) return "NF_NAN";
@@ -281,7 +282,12 @@ struct KernelPrinter {
       const int64_t t = int64_t(kTile) * r;
       return batches * ((M + t - 1) / t) * ((NC + t - 1) / t);
     };
-    int R = opt.register_block;
+    // Tensor cores (opt.tensor_cores, CUDA only): 64 x 64 tiles of fp16 products with fp32
+    // accumulation, for products whose grid of such tiles (after split-K) keeps
+    // opt.tensor_core_min_groups groups; smaller ones stay on fp32 tiles by shape, which are
+    // smaller (on an H200, every product of MobileNetV2 on 64 x 64 tensor-core tiles ran 0.77x).
+    const bool tc = opt.tensor_cores && grid_of(4) * splits(grid_of(4)) >= opt.tensor_core_min_groups;
+    int R = tc ? 4 : opt.register_block;
     if (R <= 0) {
       R = 1;
       for (int r : {4, 2})
@@ -290,7 +296,8 @@ struct KernelPrinter {
           break;
         }
     }
-    const int T = kTile * R, KT = opt.k_tile;
+    // Tensor-core tiles stage twice the fp32 k tile (fp16 operands: the same bytes), at least 32.
+    const int T = kTile * R, KT = tc ? std::max(kTensorMinKTile, 2 * opt.k_tile) : opt.k_tile;
     const int64_t tm = (M + T - 1) / T, tn = (NC + T - 1) / T;
     // Split-K: a grid of fewer groups than opt.split_k_groups, over a long K, splits K into S
     // ranges of at least kSplitMinK; each group writes its partial tile to scratch and a second
@@ -299,57 +306,90 @@ struct KernelPrinter {
     const int64_t KS = (KD + S - 1) / S;  // K per split, rounded up to whole k tiles below
     const int64_t KSt = (KS + KT - 1) / KT * KT;
     k.register_block = R;
+    k.tensor_cores = tc;
     k.form = form;
     k.local = kTile * kTile;
     k.groups = batches * tm * tn * S;
     const std::string L = std::to_string(kTile * kTile);
-    body << "  NF_LOCAL_ARRAY float As[" << KT << "][" << T + 1 << "];\n";
-    body << "  NF_LOCAL_ARRAY float Bs[" << KT << "][" << T + 1 << "];\n";
+    if (tc) {
+      // Operands as fp16 bits, row-major (m, k) and (k, n), rows padded by 8 halves: the mma
+      // loads want 32-byte aligned fragments and row strides of whole 16 bytes.
+      body << "  NF_LOCAL_ARRAY NF_ALIGN32 u16 Ah[" << T << "][" << KT + 8 << "];\n";
+      body << "  NF_LOCAL_ARRAY NF_ALIGN32 u16 Bh[" << KT << "][" << T + 8 << "];\n";
+      body << "  NF_LOCAL_ARRAY NF_ALIGN32 float Cs[" << T << "][" << T + 4 << "];\n";
+    } else {
+      body << "  NF_LOCAL_ARRAY float As[" << KT << "][" << T + 1 << "];\n";
+      body << "  NF_LOCAL_ARRAY float Bs[" << KT << "][" << T + 1 << "];\n";
+    }
     body << "  const i64 grp = NF_GROUP / " << i64s(S) << ", split = NF_GROUP % " << i64s(S) << ";\n";
     body << "  const i64 tn_ = grp % " << i64s(tn) << ", tq_ = grp / " << i64s(tn) << ";\n";
     body << "  const i64 tm_ = tq_ % " << i64s(tm) << ", bb = tq_ / " << i64s(tm) << ";\n";
     body << "  const int lid = NF_LID, ty = lid / " << kTile << ", tx = lid % " << kTile << ";\n";
     body << decode;
-    body << "  float acc[" << R << "][" << R << "];\n";
-    // Every loop over the R x R outputs is one flat unrolled loop, so that acc, a_ and b_ are
-    // indexed by constants and live in registers.
     const std::string RR = std::to_string(R * R), Rs = std::to_string(R);
-    body << "  #pragma unroll\n  for (int ij = 0; ij < " << RR << "; ++ij) acc[ij / " << Rs << "][ij % " << Rs << "] = 0.0f;\n";
+    if (tc) {
+      // 8 warps: warp w computes rows 16 (w / 2) and columns 32 (w % 2) of the tile, as two
+      // 16 x 16 accumulator fragments.
+      body << "  const int wm = (lid / 32) / 2, wn = (lid / 32) % 2;\n";
+      body << "  nf_frag_c c0, c1;\n  nf_mma_zero(&c0);\n  nf_mma_zero(&c1);\n";
+    } else {
+      body << "  float acc[" << R << "][" << R << "];\n";
+      // Every loop over the R x R outputs is one flat unrolled loop, so that acc, a_ and b_ are
+      // indexed by constants and live in registers.
+      body << "  #pragma unroll\n  for (int ij = 0; ij < " << RR << "; ++ij) acc[ij / " << Rs << "][ij % " << Rs << "] = 0.0f;\n";
+    }
     body << "  const i64 k_end = split * " << i64s(KSt) << " + " << i64s(KSt) << " < " << i64s(KD) << " ? split * " << i64s(KSt) << " + "
          << i64s(KSt) << " : " << i64s(KD) << ";\n";
+    const std::string cvt_open = tc ? "nf_f2h(" : "", cvt_close = tc ? ")" : "";
     body << "  for (i64 k0 = split * " << i64s(KSt) << "; k0 < k_end; k0 += " << KT << ") {\n";
     body << "    for (int l = lid; l < " << T * KT << "; l += " << L << ") {\n";
     body << "      const int mi = l / " << KT << ", ki = l % " << KT << ";\n";
     body << "      const i64 m = tm_ * " << T << " + mi, kk = k0 + ki;\n";
-    body << "      As[ki][mi] = (m < " << i64s(M) << " && kk < k_end) ? (" << a_elem << ") : 0.0f;\n    }\n";
+    body << "      " << (tc ? "Ah[mi][ki]" : "As[ki][mi]") << " = " << cvt_open << "(m < " << i64s(M) << " && kk < k_end) ? (" << a_elem
+         << ") : 0.0f" << cvt_close << ";\n    }\n";
     body << "    for (int l = lid; l < " << T * KT << "; l += " << L << ") {\n";
     body << "      const int ki = l / " << T << ", ni = l % " << T << ";\n";
     body << "      const i64 n = tn_ * " << T << " + ni, kk = k0 + ki;\n";
-    body << "      Bs[ki][ni] = (kk < k_end && n < " << i64s(NC) << ") ? (" << b_elem << ") : 0.0f;\n    }\n";
+    body << "      " << (tc ? "Bh" : "Bs") << "[ki][ni] = " << cvt_open << "(kk < k_end && n < " << i64s(NC) << ") ? (" << b_elem << ") : 0.0f"
+         << cvt_close << ";\n    }\n";
     body << "    NF_SYNC();\n";
-    body << "    #pragma unroll\n    for (int q = 0; q < " << KT << "; ++q) {\n";
-    body << "      float a_[" << R << "], b_[" << R << "];\n";
-    body << "      #pragma unroll\n      for (int i = 0; i < " << R << "; ++i) a_[i] = As[q][ty + " << kTile << " * i];\n";
-    body << "      #pragma unroll\n      for (int j = 0; j < " << R << "; ++j) b_[j] = Bs[q][tx + " << kTile << " * j];\n";
-    body << "      #pragma unroll\n      for (int ij = 0; ij < " << RR << "; ++ij) acc[ij / " << Rs << "][ij % " << Rs << "] += a_[ij / " << Rs
-         << "] * b_[ij % " << Rs << "];\n";
-    body << "    }\n    NF_SYNC();\n  }\n";
+    if (tc) {
+      body << "    #pragma unroll\n    for (int q = 0; q < " << KT << "; q += 16) {\n";
+      body << "      nf_frag_ab fa, fb;\n";
+      body << "      nf_mma_load_a(&fa, &Ah[wm * 16][q], " << KT + 8 << ");\n";
+      body << "      nf_mma_load_b(&fb, &Bh[q][wn * 32], " << T + 8 << ");\n      nf_mma(&c0, &fa, &fb);\n";
+      body << "      nf_mma_load_b(&fb, &Bh[q][wn * 32 + 16], " << T + 8 << ");\n      nf_mma(&c1, &fa, &fb);\n";
+      body << "    }\n    NF_SYNC();\n  }\n";
+      body << "  nf_mma_store(&Cs[wm * 16][wn * 32], &c0, " << T + 4 << ");\n";
+      body << "  nf_mma_store(&Cs[wm * 16][wn * 32 + 16], &c1, " << T + 4 << ");\n  NF_SYNC();\n";
+    } else {
+      body << "    #pragma unroll\n    for (int q = 0; q < " << KT << "; ++q) {\n";
+      body << "      float a_[" << R << "], b_[" << R << "];\n";
+      body << "      #pragma unroll\n      for (int i = 0; i < " << R << "; ++i) a_[i] = As[q][ty + " << kTile << " * i];\n";
+      body << "      #pragma unroll\n      for (int j = 0; j < " << R << "; ++j) b_[j] = Bs[q][tx + " << kTile << " * j];\n";
+      body << "      #pragma unroll\n      for (int ij = 0; ij < " << RR << "; ++ij) acc[ij / " << Rs << "][ij % " << Rs << "] += a_[ij / " << Rs
+           << "] * b_[ij % " << Rs << "];\n";
+      body << "    }\n    NF_SYNC();\n  }\n";
+    }
+    // Output (i, j) of this work-item: in registers, or in the tile the fragments were stored to.
+    const std::string acc_ij = tc ? "Cs[ty + " + std::to_string(kTile) + " * i][tx + " + std::to_string(kTile) + " * j]" : "acc[i][j]";
     body << "  #pragma unroll\n  for (int ij = 0; ij < " << RR << "; ++ij) {\n";
     body << "      const int i = ij / " << Rs << ", j = ij % " << Rs << ";\n";
     body << "      const i64 m = tm_ * " << T << " + ty + " << kTile << " * i, n = tn_ * " << T << " + tx + " << kTile << " * j;\n";
     if (S == 1) {
-      body << "      if (m < " << i64s(M) << " && n < " << i64s(NC) << ")\n" << epilogue(scale + "acc[i][j]", r, c, y_off);
+      body << "      if (m < " << i64s(M) << " && n < " << i64s(NC) << ")\n" << epilogue(scale + acc_ij, r, c, y_off);
       body << "    }\n";
       return;
     }
     const int64_t outputs = batches * M * NC;
     body << "      if (m < " << i64s(M) << " && n < " << i64s(NC) << ") scratch[(split * " << i64s(batches) << " + bb) * " << i64s(M * NC)
-         << " + m * " << i64s(NC) << " + n] = acc[i][j];\n    }\n";
+         << " + m * " << i64s(NC) << " + n] = " << acc_ij << ";\n    }\n";
     k.scratch_bytes = S * outputs * int64_t(sizeof(float));
     sum = k;
     sum->name = k.name + "_sum";
     sum->form = form + "_split_sum";
     sum->register_block = 0;
+    sum->tensor_cores = false;
     sum->local = kGroup;
     sum->groups = (outputs + kGroup - 1) / kGroup;
     body_sum << "  const i64 gid = NF_GID;\n  if (gid >= " << i64s(outputs) << ") return;\n";

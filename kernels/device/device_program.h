@@ -9,6 +9,12 @@
 //   NF_GID, NF_LID, NF_GROUP, NF_LSIZE   global id, id in the group, group id, group size
 //   NF_SYNC()          a work-group barrier            (barrier(CLK_LOCAL_MEM_FENCE) / __syncthreads())
 //   NF_INF, NF_NAN     float constants; i8 u8 i16 u16 i32 u32 i64 u64 integer typedefs
+// and, for tensor-core tiles only (DeviceProgramOptions::tensor_cores; CUDA's prelude has them):
+//   NF_ALIGN32         32-byte alignment of a work-group array
+//   nf_f2h(x)          float -> fp16 bits (u16), round to nearest even
+//   nf_frag_ab, nf_frag_c   a warp's 16 x 16 fp16 operand / fp32 accumulator fragment
+//   nf_mma_zero(&c), nf_mma_load_a(&f, p, ld), nf_mma_load_b(&f, p, ld), nf_mma(&c, &a, &b),
+//   nf_mma_store(p, &c, ld)   warp-collective m16n16k16 loads (row-major), c += a b, store (row-major)
 // Math is the overloaded float names both dialects have (exp, tanh, erf, fmax, ...).
 //
 // Every kernel takes its buffers as (NF_GLOBAL u8* p, i64 o) pairs, pointer and byte offset, so a
@@ -45,6 +51,7 @@ struct DeviceKernel {
                              // partial sums; shared by every kernel, which run one at a time)
   int local = 0;             // work-items per group
   int register_block = 0;    // tiled forms: outputs per work-item along each axis (tile 16R x 16R)
+  bool tensor_cores = false; // tiled forms: fp16 products on tensor cores (DeviceProgramOptions)
 };
 
 struct DeviceProgram {
@@ -66,6 +73,17 @@ struct DeviceProgramOptions {
   // Tiled GEMM/conv: the k extent staged through work-group memory per step (8, 16 or 32);
   // $NNFUSE_DEVICE_K_TILE overrides.
   int k_tile = 16;
+  // Tiled GEMM/conv products on tensor cores: operands rounded to fp16, products accumulated in
+  // fp32, 64 x 64 tiles of eight warps each holding two 16 x 16 accumulators, staging
+  // max(32, 2 k_tile) k at a time (register_block does not apply). Needs a prelude that defines the NF_ALIGN32, nf_f2h and nf_mma_*
+  // helpers (CUDA's, for sm_70 and later); OpenCL has none. Off: fp32 throughout.
+  bool tensor_cores = false;
+  // With tensor_cores: the least work-groups of 64 x 64 tiles (after split-K) a product needs to
+  // take them; smaller grids stay on fp32 tiles by shape. 0: every tiled product.
+  // $NNFUSE_DEVICE_TENSOR_CORE_GROUPS overrides.
+  // 64: on an H200, a sweep of 0, 64, 128, 256 was fastest or level at 64 on ResNet-50,
+  // MobileNetV2, EfficientNet-B0 and BERT-base (0 cost MobileNetV2 31%, 256 ResNet-50 17%).
+  int64_t tensor_core_min_groups = 64;
 };
 
 // Prints every stage of `m` (lowered with layout_block 0). Throws Unsupported naming the stage and

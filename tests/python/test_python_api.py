@@ -487,3 +487,19 @@ def test_low_precision_inputs_and_outputs_are_ml_dtypes_arrays():
     for g_, w in zip(got, want):
         assert g_.dtype == w.dtype, (g_.dtype, w.dtype)
         np.testing.assert_array_equal(g_.astype(np.float32), w.astype(np.float32))
+
+
+def test_precision_fp16_needs_tensor_cores(zoo_dir):
+    """precision="fp16" (tensor cores) is for volta-cuda: a CPU target rejects it naming the GPU
+    targets, OpenCL naming the tensor cores its device lacks; an unknown precision is refused."""
+    g = nnfuse.load(zoo_dir / "resnet_tiny.onnx")
+    with pytest.raises(nnfuse.InvalidArgument) as e:
+        nnfuse.compile(g, "reference", precision="fp16")
+    assert "GPU targets" in str(e.value) and "reference" in str(e.value), str(e.value)
+    with pytest.raises(nnfuse.InvalidArgument) as e:
+        nnfuse.compile(g, "reference", precision="int4")
+    assert "int4" in str(e.value) and "fp32 or fp16" in str(e.value), str(e.value)
+    if _opencl_available():
+        with pytest.raises(nnfuse.UnsupportedError) as e:
+            nnfuse.InferenceSession(zoo_dir / "resnet_tiny.onnx", target="mali-opencl", precision="fp16")
+        assert "tensor cores" in str(e.value) and "opencl" in str(e.value), str(e.value)

@@ -291,7 +291,8 @@ def load(path_or_bytes: Union[PathLike, bytes, bytearray, memoryview, Any], *,
 
 
 def compile(graph: Graph, target: str = "host", *, threads: int = 0,
-            cache_dir: Optional[PathLike] = None, profile: bool = True, background: bool = False) -> CompiledModel:
+            cache_dir: Optional[PathLike] = None, profile: bool = True, background: bool = False,
+            precision: str = "fp32") -> CompiledModel:
     """Compiles ``graph`` as it stands for ``target``.
 
     An optimized graph runs block by block as its fusion plan says; a graph not optimized runs one
@@ -309,11 +310,16 @@ def compile(graph: Graph, target: str = "host", *, threads: int = 0,
     ``profile=False``). A failed build is raised by every later run of its input shapes and by
     :meth:`CompiledModel.wait`. The build shares the CPU with the runs it serves; dropping the
     model waits for builds still going.
+
+    ``precision="fp16"`` (GPU target ``"volta-cuda"``, GPUs of sm_70 and later) runs MatMul, Gemm
+    and Conv tiles on tensor cores: operands rounded to fp16, products accumulated in fp32. Other
+    targets take ``"fp32"`` only.
     """
     if not isinstance(graph, Graph):
         raise InvalidArgument(f"compile() takes an nnfuse.Graph (from nnfuse.load), got {type(graph).__name__}")
     cd = "" if cache_dir is None else _fspath(cache_dir, "cache_dir")
-    return CompiledModel(_core.compile(graph._m, target, threads, cd, bool(profile), bool(background)))
+    return CompiledModel(_core.compile(graph._m, target, threads, cd, bool(profile), bool(background),
+                                         str(precision)))
 
 
 def export_rewritten(graph: Graph, path: PathLike) -> None:

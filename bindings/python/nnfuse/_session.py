@@ -30,6 +30,8 @@ class InferenceSession:
             kernels while the generated ones are built in a background thread (per set of input
             shapes for dynamic dims); see :func:`nnfuse.compile`. :meth:`wait` blocks until they
             are ready.
+        precision: ``"fp32"``, or ``"fp16"`` on ``target="volta-cuda"``: MatMul/Gemm/Conv tiles on
+            tensor cores (fp16 operands, fp32 accumulation).
 
     Attributes:
         graph: the optimized :class:`nnfuse.Graph`.
@@ -40,12 +42,12 @@ class InferenceSession:
                  providers: Optional[Sequence[Any]] = None, provider_options: Optional[Sequence[Any]] = None, *,
                  target: str = "host", pipeline: str = "auto", rules: Sequence[PathLike] = (),
                  shapes: Optional[Mapping[str, Sequence[int]]] = None, profile: bool = True, background: bool = False,
-                 **kwargs: Any):
+                 precision: str = "fp32", **kwargs: Any):
         self.graph: Graph = load(path_or_bytes, shapes=shapes)
         self.optimize_report: Dict[str, Any] = {}
         if pipeline != "none":
             self.optimize_report = self.graph.optimize(pipeline, rules, target, profile=profile)
-        self._compiled: CompiledModel = compile(self.graph, target, background=background)
+        self._compiled: CompiledModel = compile(self.graph, target, background=background, precision=precision)
         self._inputs = self._compiled.inputs
         self._outputs = self._compiled.outputs
         self._target = target

@@ -36,6 +36,7 @@
 using namespace nnfuse;
 using namespace nnfuse::device;
 using nnfuse::device_test::check_close;
+using nnfuse::device_test::check_close_scaled;
 using nnfuse::device_test::kTinyZoo;
 using nnfuse::device_test::plan_for;
 using nnfuse::device_test::ScopedEnv;
@@ -57,6 +58,54 @@ static inline void __syncthreads() { nf_sync(); }
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
 extern "C" void nf_emu_set_sync(void (*f)(void)) { nf_sync = f; }
 extern "C" void nf_emu_set_ids(unsigned t, unsigned b, unsigned n) { threadIdx = {t, 0, 0}; blockIdx = {b, 0, 0}; blockDim = {n, 0, 0}; }
+// Tensor-core tiles: each thread holds the warp's whole 16 x 16 fragment (the hardware spreads it
+// over the 32 lanes in an unspecified layout, which the kernels never read element-wise), so
+// loads and products are computed by every lane alike and the store is lane 0's alone; the
+// kernels' barrier after the store orders it before other lanes read the tile, as on a GPU.
+#define NF_HOST_EMULATION
+#define NF_ALIGN32 __attribute__((aligned(32)))
+typedef struct { float v[256]; } nf_frag_ab;
+typedef struct { float v[256]; } nf_frag_c;
+static inline unsigned short nf_f2h(float f) {  // round to nearest even, as cvt.rn.f16.f32
+  unsigned x; memcpy(&x, &f, 4);
+  const unsigned sign = (x >> 16) & 0x8000u, man = x & 0x7fffffu;
+  const int exp = int((x >> 23) & 0xffu), e = exp - 112;
+  if (exp == 255) return (unsigned short)(sign | 0x7c00u | (man ? 0x200u : 0u));
+  if (e >= 31) return (unsigned short)(sign | 0x7c00u);
+  unsigned h, rem, halfway;
+  if (e <= 0) {  // a subnormal half (or zero)
+    if (e < -10) return (unsigned short)sign;
+    const int shift = 14 - e;
+    h = (man | 0x800000u) >> shift, rem = (man | 0x800000u) & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+  } else {
+    h = (unsigned(e) << 10) | (man >> 13), rem = man & 0x1fffu, halfway = 0x1000u;
+  }
+  if (rem > halfway || (rem == halfway && (h & 1u))) ++h;  // a carry may round up into the exponent
+  return (unsigned short)(sign | h);
+}
+static inline float nf_h2f(unsigned short h) {
+  const int e = (h >> 10) & 0x1f;
+  const unsigned m = h & 0x3ffu;
+  const float f = e == 0 ? ldexp(float(m), -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(float(m | 0x400u), e - 25);
+  return (h & 0x8000u) ? -f : f;
+}
+static inline void nf_mma_zero(nf_frag_c* c) { for (int i = 0; i < 256; ++i) c->v[i] = 0.0f; }
+static inline void nf_mma_load_a(nf_frag_ab* f, const unsigned short* p, int ld) {
+  for (int i = 0; i < 256; ++i) f->v[i] = nf_h2f(p[(i / 16) * ld + i % 16]);
+}
+static inline void nf_mma_load_b(nf_frag_ab* f, const unsigned short* p, int ld) { nf_mma_load_a(f, p, ld); }
+static inline void nf_mma(nf_frag_c* c, const nf_frag_ab* a, const nf_frag_ab* b) {
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) {
+      float s = c->v[i * 16 + j];
+      for (int k = 0; k < 16; ++k) s += a->v[i * 16 + k] * b->v[k * 16 + j];
+      c->v[i * 16 + j] = s;
+    }
+}
+static inline void nf_mma_store(float* p, const nf_frag_c* c, int ld) {
+  if (threadIdx.x % 32 != 0) return;
+  for (int i = 0; i < 256; ++i) p[(i / 16) * ld + i % 16] = c->v[i];
+}
 )";
 
 std::barrier<>* g_block_barrier = nullptr;  // the running launch's barrier (one launch at a time)
@@ -77,6 +126,7 @@ class CudaEmulationApi final : public DeviceApi {
   nlohmann::json device_info() const override { return {{"name", "CUDA emulation on the host"}}; }
   std::string prelude() const override { return std::string(kEmulationHeader) + cuda_prelude(); }
   std::string build_log() const override { return log_; }
+  bool tensor_cores() const override { return true; }  // the header's nf_mma_* helpers
 
   // Compiles the program with one trampoline per kernel, which takes its parameters as an array
   // of 64-bit words (every kernel parameter is a pointer or an i64: device_program.cpp).
@@ -230,5 +280,32 @@ TEST_CASE("cuda emulation: tiled kernels with 4 x 4 register blocks, split-K and
     CHECK((forms.contains("tiled_gemm_split_sum") || forms.contains("implicit_gemm_conv_split_sum")));
     TensorMap feeds = random_feeds(m.graph, 10);
     check_close(dm->run(feeds), run_reference(m.graph, feeds), name);
+  }
+}
+
+TEST_CASE("cuda emulation: fp16 tensor-core tiles match the reference within fp16 rounding", "[device][cuda]") {
+  // Every GEMM and conv of 8+ output channels per group on the nf_mma_* helpers (emulated above:
+  // fp16 operands, fp32 products), with and without split-K.
+  const ScopedEnv all("NNFUSE_DEVICE_TENSOR_CORE_GROUPS", "0");  // the tiny models' products are all small
+  for (const char* split : {"512", "0"}) {
+    const ScopedEnv sk("NNFUSE_DEVICE_SPLIT_K", split);
+    for (const char* name : {"bert_tiny", "resnet_tiny", "mobilenet_tiny"}) {
+      Model m = build_zoo_model(name, ZooOptions{});
+      FusionPlan plan = plan_for(m.graph, "volta-cuda");
+      auto dm = DeviceModel::build(m.graph, &plan, std::make_unique<CudaEmulationApi>(), "volta-cuda", "fp16");
+      const auto info = dm->info();
+      INFO(name << " split-K " << split << ": " << info.dump());
+      CHECK(info["tensor_core_kernels"].get<int>() > 0);
+      TensorMap feeds = random_feeds(m.graph, 11);
+      const TensorMap want = run_reference(m.graph, feeds);
+      const TensorMap got = dm->run(feeds);
+      check_close_scaled(got, want, name, 2e-2);
+      // fp16 operands do change the results: the tiles are not fp32 ones under another name.
+      bool differs = false;
+      for (auto& [n, w] : want)
+        if (w.dtype() == DType::Float32)
+          for (int64_t i = 0; i < w.numel() && !differs; ++i) differs = got.at(n).data<float>()[i] != w.data<float>()[i];
+      CHECK(differs);
+    }
   }
 }

@@ -2,6 +2,7 @@
 // Shared by the device tests (PoCL, CUDA emulation, a CUDA GPU): outputs against the reference.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -34,6 +35,28 @@ inline void check_close(const TensorMap& got, const TensorMap& want, const std::
     int64_t bad = 0;
     for (int64_t i = 0; i < w.numel(); ++i) bad += !(std::fabs(a[i] - b[i]) <= atol + rtol * std::fabs(b[i]));
     CHECK(bad == 0);
+  }
+}
+
+// Reduced-precision results (fp16 tensor cores): every output's largest error within `tol` of its
+// largest magnitude (fp16 operands carry a relative error of 2^-11 each, and it compounds through
+// layers; a wrong tile or fragment layout is off by the magnitude itself).
+inline void check_close_scaled(const TensorMap& got, const TensorMap& want, const std::string& what, double tol) {
+  for (auto& [name, w] : want) {
+    INFO(what << " output " << name);
+    REQUIRE(got.count(name));
+    const Tensor& g = got.at(name);
+    REQUIRE(g.shape() == w.shape());
+    if (w.dtype() != DType::Float32) continue;  // indices (argmax, NMS) may flip between near ties
+    const float* a = g.data<float>();
+    const float* b = w.data<float>();
+    double err = 0, mag = 0;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      err = std::max(err, double(std::fabs(a[i] - b[i])));
+      mag = std::max(mag, double(std::fabs(b[i])));
+    }
+    INFO("largest error " << err << ", largest magnitude " << mag);
+    CHECK(err <= tol * std::max(mag, 1e-3));
   }
 }
 

@@ -24,6 +24,7 @@
 using namespace nnfuse;
 using namespace nnfuse::device;
 using nnfuse::device_test::check_close;
+using nnfuse::device_test::check_close_scaled;
 using nnfuse::device_test::kTinyZoo;
 using nnfuse::device_test::plan_for;
 using nnfuse::device_test::ScopedEnv;
@@ -191,13 +192,20 @@ TEST_CASE("device: every tiny zoo model's CUDA C compiles for sm_70 without spil
     LowerOptions lo;
     lo.layout_block = 0;
     KernelModule km = lower_module(m.graph, plan, lo);
-    // By shape, and with every tiled kernel at 4 x 4 outputs per item over k tiles of 32 (the
-    // most registers and work-group memory).
-    for (int rb : {0, 4}) {
+    // By shape, with every tiled kernel at 4 x 4 outputs per item over k tiles of 32 (the most
+    // registers and work-group memory), and on tensor cores (rb -1).
+    for (int rb : {0, 4, -1}) {
       DeviceProgramOptions po;
-      po.register_block = rb;
-      po.k_tile = rb ? 32 : po.k_tile;
+      po.register_block = rb > 0 ? rb : 0;
+      po.k_tile = rb != 0 ? 32 : po.k_tile;  // tensor cores: k tiles of 64
+      po.tensor_cores = rb < 0;
+      po.tensor_core_min_groups = 0;  // the tiny models' products are all small
       DeviceProgram p = print_device_program(km, po);
+      if (rb < 0) {
+        bool any = false;
+        for (auto& k : p.kernels) any = any || k.tensor_cores;
+        CHECK(any);  // every tiny model has a GEMM or a conv of 8+ channels per group
+      }
       CudaCompileReport r = cuda_compile_check(cuda_prelude() + p.source, "sm_70");
       INFO(name << " register block " << rb << ": " << to_json(r).dump().substr(0, 2000));
       std::set<std::string> entries;
@@ -248,6 +256,48 @@ TEST_CASE("device: on a CUDA GPU every tiny zoo model matches the reference, rep
   CHECK_FALSE(dm->info()["graph_replay"].get<bool>());
 }
 
+TEST_CASE("device: on a CUDA GPU every tiny zoo model matches the reference with fp16 tensor cores", "[device][cuda]") {
+  try {
+    make_cuda_api();
+  } catch (const Error& e) {
+    WARN("no CUDA GPU here (" << e.what() << "): skipped");
+    return;
+  }
+  const ScopedEnv all("NNFUSE_DEVICE_TENSOR_CORE_GROUPS", "0");  // the tiny models' products are all small
+  for (const auto& name : kTinyZoo) {
+    Model m = build_zoo_model(name, ZooOptions{});
+    FusionPlan plan = plan_for(m.graph, "volta-cuda");
+    auto dm = DeviceModel::build(m.graph, &plan, make_cuda_api(), "volta-cuda", "fp16");
+    const auto info = dm->info();
+    INFO(name << ": " << info.dump());
+    CHECK(info["precision"] == "fp16");
+    CHECK(info["tensor_core_kernels"].get<int>() > 0);
+    for (int run = 0; run < 2; ++run) {
+      TensorMap feeds = random_feeds(m.graph, 40 + run);
+      check_close_scaled(dm->run(feeds), run_reference(m.graph, feeds), name + " run " + std::to_string(run), 2e-2);
+    }
+  }
+}
+
+TEST_CASE("device: precision fp16 on a device without tensor cores is an error naming them", "[device][opencl]") {
+  Model m = build_zoo_model("resnet_tiny", ZooOptions{});
+  FusionPlan plan = plan_for(m.graph, "mali-opencl");
+  try {
+    DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl", "fp16");
+    FAIL("fp16 built on OpenCL");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Unsupported);
+    CHECK_THAT(e.what(), Catch::Contains("tensor cores") && Catch::Contains("opencl"));
+  }
+  try {
+    DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl", "fp8");
+    FAIL("fp8 accepted");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Invalid);
+    CHECK_THAT(e.what(), Catch::Contains("fp8") && Catch::Contains("fp32 or fp16"));
+  }
+}
+
 TEST_CASE("device: the program cache keys by content and stores atomically", "[device]") {
   CHECK(program_key({"ab", "c"}) != program_key({"a", "bc"}));
   CHECK(program_key({"x"}) == program_key({"x"}));
@@ -292,4 +342,34 @@ TEST_CASE("device: NNFUSE_OPENCL_DEVICE naming no device lists the devices", "[d
   ::setenv("NNFUSE_OPENCL_DEVICE", "0", 1);
   CHECK_NOTHROW(make_opencl_api());
   ::unsetenv("NNFUSE_OPENCL_DEVICE");
+}
+
+TEST_CASE("device: fp16 tensor cores take the products whose 64 x 64 tile grid fills the device", "[device]") {
+  // 1024 x 1024 outputs: 256 tiles of 64 x 64 (K split in 2 for 512 groups), tensor cores.
+  // 32 x 32 outputs over K 64: one such tile and no split-K, so fp32 tiles by shape (4 of
+  // 16 x 16); with a threshold of 0, tensor cores too (one group).
+  GraphBuilder gb("tc");
+  auto big = gb.op("MatMul", {gb.input("a", DType::Float32, {1, 1024, 256}), gb.weight("aw", {256, 1024}, 0.1f)});
+  auto small = gb.op("MatMul", {gb.input("b", DType::Float32, {1, 32, 64}), gb.weight("bw", {64, 32}, 0.1f)});
+  gb.output(gb.op("Relu", {big}));
+  gb.output(small);
+  Model m = gb.finish();
+  FusionPlan plan = plan_for(m.graph, "volta-cuda");
+  LowerOptions lo;
+  lo.layout_block = 0;
+  const KernelModule km = lower_module(m.graph, plan, lo);
+  auto tiled = [&](const DeviceProgramOptions& po) {
+    std::map<int64_t, bool> tc;  // work-groups -> on tensor cores
+    for (auto& k : print_device_program(km, po).kernels) {
+      UNSCOPED_INFO(k.name << " " << k.form << " groups " << k.groups << " tensor cores " << k.tensor_cores);
+      if (k.form == "tiled_gemm") tc[k.groups] = k.tensor_cores;
+    }
+    return tc;
+  };
+  DeviceProgramOptions po;
+  CHECK(tiled(po) == std::map<int64_t, bool>{{4, false}, {512, false}});  // fp32: R = 1 and R = 4
+  po.tensor_cores = true;
+  CHECK(tiled(po) == std::map<int64_t, bool>{{4, false}, {512, true}});
+  po.tensor_core_min_groups = 0;
+  CHECK(tiled(po) == std::map<int64_t, bool>{{1, true}, {512, true}});
 }
