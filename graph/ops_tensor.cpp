@@ -278,6 +278,7 @@ void register_tensor_ops(OpRegistry& r) {
   tensor_ops::register_tensor_resize_ops(r);
   tensor_ops::register_tensor_grid_sample_ops(r);
   tensor_ops::register_tensor_signal_ops(r);
+  tensor_ops::register_tensor_ml_ops(r);
   tensor_ops::register_tensor_unique_ops(r);
 }
 

@@ -5,6 +5,11 @@
 // Window functions: HannWindow, HammingWindow, BlackmanWindow. Output [size] of the
 // type `output_datatype` (float by default); periodic (the default) uses N = size, symmetric
 // N = size - 1 in cos(2*pi*n/N). Spectrogram front ends build them before an STFT.
+//
+// MelWeightMatrix: the [dft_length / 2 + 1, num_mel_bins] matrix that maps a onesided spectrum's
+// bins to mel bands, triangles between num_mel_bins + 2 points spaced evenly in mel
+// (mel = 2595 log10(1 + hz / 700)) from lower_edge_hertz to upper_edge_hertz, each point rounded
+// down to a spectrum bin, floor((dft_length + 1) hz / sample_rate), as the ONNX reference does.
 #include <cmath>
 #include <functional>
 #include <string>
@@ -218,9 +223,75 @@ InferResult infer_stft(const InferContext& c) {
   return infer_one(TensorType(s.dtype, {s.has_shape && s.rank() >= 1 ? s.dims[0] : Dim{}, frames, bins, Dim(2)}));
 }
 
+// ---- MelWeightMatrix ----------------------------------------------------------------------
+
+struct MelParams {
+  int64_t bins = 0, dft_length = 0, sample_rate = 0;
+  double lower = 0, upper = 0;
+};
+
+MelParams mel_params(const std::vector<const Tensor*>& in, const std::function<void(const std::string&)>& error) {
+  const char* names[] = {"num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz"};
+  for (int i = 0; i < 5; ++i)
+    if (in[size_t(i)]->numel() != 1) error(std::string(names[i]) + " must be a scalar, got shape " + shape_str(in[size_t(i)]->shape()));
+  MelParams p{in[0]->as_int(0), in[1]->as_int(0), in[2]->as_int(0), in[3]->as_double(0), in[4]->as_double(0)};
+  if (p.bins < 0 || p.dft_length < 1 || p.sample_rate < 1)
+    error("num_mel_bins " + std::to_string(p.bins) + ", dft_length " + std::to_string(p.dft_length) + " and sample_rate " +
+          std::to_string(p.sample_rate) + ": expected num_mel_bins >= 0, dft_length and sample_rate >= 1");
+  if (!(p.lower >= 0 && p.lower <= p.upper && std::isfinite(p.upper)))
+    error("lower_edge_hertz " + std::to_string(p.lower) + " and upper_edge_hertz " + std::to_string(p.upper) +
+          ": expected 0 <= lower <= upper, both finite");
+  return p;
+}
+
+std::vector<Tensor> kernel_mel_weight_matrix(const KernelContext& c) {
+  const MelParams p = mel_params(c.inputs, [&](const std::string& m) { c.error(m); });
+  const int64_t spectrum = p.dft_length / 2 + 1;
+  auto mel = [](double hz) { return 2595.0 * std::log10(1.0 + hz / 700.0); };
+  const double lo = mel(p.lower), step = (mel(p.upper) - lo) / double(p.bins + 2);
+  std::vector<int64_t> point(size_t(p.bins + 2));
+  for (int64_t i = 0; i < p.bins + 2; ++i) {
+    const double hz = 700.0 * (std::pow(10.0, (double(i) * step + lo) / 2595.0) - 1.0);
+    point[size_t(i)] = int64_t(std::floor(double(p.dft_length + 1) * hz / double(p.sample_rate)));
+  }
+  Tensor y(DType::Float64, {spectrum, p.bins});
+  double* out = y.data<double>();
+  auto at = [&](int64_t j, int64_t i) -> double& {
+    if (j < 0 || j >= spectrum)
+      c.error("mel band " + std::to_string(i) + " reaches spectrum bin " + std::to_string(j) + " of " + std::to_string(spectrum) +
+              ": upper_edge_hertz is above the Nyquist frequency of sample_rate " + std::to_string(p.sample_rate));
+    return out[j * p.bins + i];
+  };
+  for (int64_t i = 0; i < p.bins; ++i) {
+    const int64_t left = point[size_t(i)], center = point[size_t(i + 1)], right = point[size_t(i + 2)];
+    if (center == left) at(center, i) = 1.0;
+    for (int64_t j = left; center > left && j <= center; ++j) at(j, i) = double(j - left) / double(center - left);
+    for (int64_t j = center; j < right; ++j) at(j, i) = double(right - j) / double(right - center);
+  }
+  return {y.cast(window_dtype(c.node, c.opset))};
+}
+
+InferResult infer_mel_weight_matrix(const InferContext& c) {
+  const DType t = window_dtype(c.node, c.opset);
+  for (size_t i = 0; i < 5; ++i)
+    if (c.input(i).has_shape && c.input(i).rank() > 1) c.error("input " + std::to_string(i) + " must be a scalar");
+  Dim spectrum, bins;
+  if (const Tensor* v = c.value(1); v && v->numel() == 1) spectrum = Dim(v->as_int(0) / 2 + 1);
+  if (const Tensor* v = c.value(0); v && v->numel() == 1) bins = Dim(v->as_int(0));
+  return infer_one(TensorType(t, {spectrum, bins}));
+}
+
 }  // namespace
 
 void register_tensor_signal_ops(OpRegistry& r) {
+  {
+    OpSchema s =
+        data_movement_schema("MelWeightMatrix", 17, MappingType::ManyToMany, 5, 5, infer_mel_weight_matrix, kernel_mel_weight_matrix);
+    s.flops = [](const Node&, const std::vector<TensorType>&, const std::vector<TensorType>& outs) {
+      return outs.empty() || !outs[0].numel() ? 0.0 : double(*outs[0].numel());
+    };
+    r.add(std::move(s));
+  }
   {
     OpSchema s = data_movement_schema("DFT", 17, MappingType::ManyToMany, 1, 3, infer_dft, kernel_dft);
     s.flops = [](const Node&, const std::vector<TensorType>& ins, const std::vector<TensorType>& outs) {

@@ -70,6 +70,7 @@ void register_tensor_resize_ops(OpRegistry& r);
 void register_tensor_grid_sample_ops(OpRegistry& r);
 void register_tensor_signal_ops(OpRegistry& r);
 void register_tensor_unique_ops(OpRegistry& r);
+void register_tensor_ml_ops(OpRegistry& r);
 
 // Flop function for pure data movement: 0 (no arithmetic).
 inline double zero_flops(const Node&, const std::vector<TensorType>&, const std::vector<TensorType>&) { return 0; }

@@ -49,7 +49,7 @@ void run_stage_reference(const KernelModule& mod, const Stage& st, const std::ve
     const Node& n = g.node(id);
     std::vector<const Tensor*> ins;
     for (auto& v : n.inputs) ins.push_back(v.empty() ? nullptr : value(v));
-    std::vector<Tensor> outs = run_node(n, mod.opset, ins, sub);
+    std::vector<Tensor> outs = run_node(n, g.opset(n.domain), ins, sub);
     for (size_t i = 0; i < n.outputs.size() && i < outs.size(); ++i)
       if (!n.outputs[i].empty()) local[n.outputs[i]] = outs[i];
   }

@@ -129,6 +129,26 @@ def test_fallback_blocks_are_counted(cli, export_cache, tmp_path):
     assert mem["generated_blocks"] == mem["blocks"] - 1
 
 
+@pytest.mark.parametrize("target", ["host", "reference"])
+def test_ml_domain_ops_run_with_their_domain_opset(cli, workdir, target):
+    # A model that imports only ai.onnx.ml (as scikit-learn converters write them): its fallback
+    # stages must run each node at its own domain's opset (a stage once took the default domain's,
+    # 0 here, and refused Binarizer). Compared with ONNX Runtime.
+    h = onnx.helper
+    graph = h.make_graph(
+        [h.make_node("Binarizer", ["x"], ["b"], domain="ai.onnx.ml", threshold=0.25),
+         h.make_node("ArrayFeatureExtractor", ["b", "i"], ["y"], domain="ai.onnx.ml")], "ml",
+        [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 5])],
+        [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 2])],
+        [h.make_tensor("i", onnx.TensorProto.INT64, [2], [4, 1])])
+    path = workdir / "ml.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("ai.onnx.ml", 1)], ir_version=8), str(path))
+    feeds = {"x": np.random.default_rng(3).standard_normal((3, 5)).astype(np.float32)}
+    want = zoo.run_ort(path, feeds)
+    got = cli.run_model(path, feeds, workdir, "--threads", "1", target=target, pipeline="auto")
+    assert_close(got["y"], want["y"], 0, 0, what=f"Binarizer + ArrayFeatureExtractor on {target}")
+
+
 @pytest.mark.parametrize("name", ["resnet_tiny", "bert_tiny"])
 def test_compile_artifact_runs_without_recompiling(cli, export_cache, tmp_path, name):
     # bert_tiny's plan recomputes the attention mask in several blocks: the artifact's plan.json

@@ -629,3 +629,79 @@ TEST_CASE("BitCast keeps the bits; CenterCropPad crops and pads around the centr
   check_f(run1("CenterCropPad", {F({1, 5}, {0, 1, 2, 3, 4}), I64({1}, {2})}, ax, 18), {1, 2}, {1, 2});
   check_f(run1("CenterCropPad", {F({1, 5}, {0, 1, 2, 3, 4}), I64({1}, {8})}, ax, 18), {1, 8}, {0, 0, 1, 2, 3, 4, 0, 0});
 }
+
+namespace {
+// One node of the ai.onnx.ml domain (opset 1 there).
+Tensor run_ml(const std::string& op, const std::vector<Tensor>& ins, Attributes attrs = {}) {
+  Node n;
+  n.id = 0;
+  n.name = "test_" + op;
+  n.op_type = op;
+  n.domain = "ai.onnx.ml";
+  n.attrs = std::move(attrs);
+  std::vector<const Tensor*> ptrs;
+  for (size_t i = 0; i < ins.size(); ++i) n.inputs.push_back("in" + std::to_string(i)), ptrs.push_back(&ins[i]);
+  n.outputs.push_back("out0");
+  return run_node(n, 1, ptrs).at(0);
+}
+}  // namespace
+
+TEST_CASE("Binarizer and ArrayFeatureExtractor (ai.onnx.ml)", "[ops][tensor]") {
+  check_f(run_ml("Binarizer", {F({2, 3}, {-1, 0.5f, 2, 0.7f, 0.4f, 9})}, A2::attrs({{"threshold", A::f(0.5f)}})), {2, 3}, {0, 0, 1, 1, 0, 1});
+  const Tensor yi = run_ml("Binarizer", {I64({3}, {-2, 0, 3})});
+  CHECK(yi.dtype() == DType::Int64);
+  check_i(yi, {3}, {0, 0, 1});
+  const Tensor x = iota_f({2, 2, 4});
+  check_f(run_ml("ArrayFeatureExtractor", {x, I64({3}, {3, 0, 3})}), {2, 2, 3}, {3, 0, 3, 7, 4, 7, 11, 8, 11, 15, 12, 15});
+  // A 1-D X is one row; indices of any shape are read flat.
+  check_f(run_ml("ArrayFeatureExtractor", {iota_f({5}), I64({1, 2}, {4, 1})}), {1, 2}, {4, 1});
+  REQUIRE_THROWS_WITH(run_ml("ArrayFeatureExtractor", {x, I64({1}, {4})}),
+                      Catch::Contains("test_ArrayFeatureExtractor") && Catch::Contains("Y[0] = 4 is outside the last axis of X, of size 4"));
+}
+
+TEST_CASE("TfIdfVectorizer counts pool n-grams with skips in TF, IDF and TFIDF modes", "[ops][tensor]") {
+  // Pool: unigrams 2, 3 (slots 0, 1) and bigrams (2, 3), (3, 5) (slots 2, 3).
+  auto attrs = [](const char* mode, int64_t min_g, int64_t max_g, int64_t skip, std::vector<float> w = {}) {
+    Attributes a = A2::attrs({{"mode", A::s(mode)},
+                              {"min_gram_length", A::i(min_g)},
+                              {"max_gram_length", A::i(max_g)},
+                              {"max_skip_count", A::i(skip)},
+                              {"ngram_counts", A::is({0, 2})},
+                              {"ngram_indexes", A::is({0, 1, 2, 3})},
+                              {"pool_int64s", A::is({2, 3, 2, 3, 3, 5})}});
+    if (!w.empty()) a.set("weights", A::fs(std::move(w)));
+    return a;
+  };
+  const Tensor x = I64({2, 5}, {2, 3, 5, 2, 3, /**/ 2, 7, 3, 9, 5});
+  // Row 0: unigrams 2 x2, 3 x2; bigrams (2,3) x2, (3,5) x1 adjacent. Row 1: 2, 3 once; no adjacent bigram.
+  check_f(run1("TfIdfVectorizer", {x}, attrs("TF", 1, 2, 0), 9), {2, 4}, {2, 2, 2, 1, 1, 1, 0, 0});
+  // Skips up to 1: row 1 gains (2,3) and (3,5), one item apart; row 0's skipped pairs (2,5),
+  // (3,2), (5,3) are not in the pool; unigrams are counted once whatever the skip. (Every
+  // expectation here is what onnx.reference gives.)
+  check_f(run1("TfIdfVectorizer", {x}, attrs("TF", 1, 2, 1), 9), {2, 4}, {2, 2, 2, 1, 1, 1, 1, 1});
+  check_f(run1("TfIdfVectorizer", {x}, attrs("TF", 2, 2, 1), 9), {2, 4}, {0, 0, 2, 1, 0, 0, 1, 1});
+  check_f(run1("TfIdfVectorizer", {x}, attrs("IDF", 1, 2, 0, {0.5f, 2, 3, 4}), 9), {2, 4}, {0.5f, 2, 3, 4, 0.5f, 2, 0, 0});
+  check_f(run1("TfIdfVectorizer", {x}, attrs("IDF", 1, 2, 0), 9), {2, 4}, {1, 1, 1, 1, 1, 1, 0, 0});
+  check_f(run1("TfIdfVectorizer", {x}, attrs("TFIDF", 1, 2, 0, {0.5f, 2, 3, 4}), 9), {2, 4}, {1, 4, 6, 4, 0.5f, 2, 0, 0});
+  // A 1-D input gives a 1-D output.
+  check_f(run1("TfIdfVectorizer", {I32({4}, {3, 5, 3, 5})}, attrs("TF", 2, 2, 0), 9), {4}, {0, 0, 0, 2});
+  REQUIRE_THROWS_WITH(run1("TfIdfVectorizer", {x}, attrs("BM25", 1, 2, 0), 9), Catch::Contains("mode 'BM25'"));
+  Attributes bad = attrs("TF", 1, 2, 0);
+  bad.set("ngram_counts", A::is({0, 3}));  // 3 unigrams, then 3 items: not whole bigrams
+  REQUIRE_THROWS_WITH(run1("TfIdfVectorizer", {x}, bad, 9), Catch::Contains("does not start whole 2-grams"));
+}
+
+TEST_CASE("MelWeightMatrix: triangles between mel-spaced bins", "[ops][tensor]") {
+  auto s64 = [](int64_t v) { return I64({}, {v}); };
+  auto sf = [](float v) { return F({}, {v}); };
+  // The ONNX reference's matrix for these inputs (onnx.reference): points 0 0 1 2 3 5 (bins of
+  // mel-spaced frequencies, the mel range cut in num_mel_bins + 2 steps), one triangle per band.
+  check_f(run1("MelWeightMatrix", {s64(4), s64(16), s64(8000), sf(0), sf(4000)}, {}, 17), {9, 4},
+          {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0.5f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  const Tensor d = run1("MelWeightMatrix", {s64(2), s64(8), s64(100), sf(0), sf(50)}, A2::attrs({{"output_datatype", A::i(11)}}), 17);
+  CHECK(d.dtype() == DType::Float64);
+  CHECK(d.shape() == Shape{5, 2});
+  REQUIRE_THROWS_WITH(run1("MelWeightMatrix", {s64(4), s64(16), s64(8000), sf(0), sf(9000)}, {}, 17),
+                      Catch::Contains("above the Nyquist frequency"));
+  REQUIRE_THROWS_WITH(run1("MelWeightMatrix", {s64(4), s64(0), s64(8000), sf(0), sf(4000)}, {}, 17), Catch::Contains("dft_length"));
+}
