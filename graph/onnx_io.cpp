@@ -61,6 +61,7 @@ struct Importer {
   std::string label;     // file name (or "<bytes>") for error messages
   std::string base_dir;  // external data is resolved against this
   std::map<std::string, int64_t> opsets;
+  mutable int64_t node_count = 0;  // every graph's nodes so far, against max_graph_nodes()
 
   [[noreturn]] void model_error(const std::string& msg, ErrorContext ctx = {}) const {
     ctx.file = label;
@@ -230,6 +231,9 @@ struct Importer {
       }
       g.add_input(vi.name(), t);
     }
+    node_count += gp.node_size();
+    if (node_count > max_graph_nodes())
+      model_error("has more than " + std::to_string(max_graph_nodes()) + " nodes in its graphs (the limit is NNFUSE_MAX_GRAPH_NODES)");
     // Values first, so that nodes may appear in any order in the file.
     for (auto& np : gp.node()) {
       for (auto& o : np.output())
@@ -357,6 +361,7 @@ struct FunctionInliner {
   std::map<std::pair<std::string, std::string>, const onnx::FunctionProto*> functions;
   std::string label;
   int calls = 0;
+  int64_t nodes = 0;  // nodes written out so far, against max_graph_nodes()
 
   static std::string norm(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
 
@@ -377,6 +382,13 @@ struct FunctionInliner {
       for (auto& a : *n.mutable_attribute()) {
         if (a.has_g()) expand_graph(*a.mutable_g(), depth);
         for (auto& g : *a.mutable_graphs()) expand_graph(g, depth);
+      }
+      if (++nodes > max_graph_nodes()) {
+        ErrorContext ctx = in_file(label);
+        fail(ErrorKind::Model,
+             "model-local function calls expand to more than " + std::to_string(max_graph_nodes()) +
+                 " nodes (the limit is NNFUSE_MAX_GRAPH_NODES)",
+             ctx);
       }
       *out.Add() = std::move(n);
       return;

@@ -53,6 +53,18 @@ int64_t max_loop_iterations() {
   return cap;
 }
 
+int64_t max_graph_nodes() {
+  static const int64_t cap = [] {
+    if (const char* e = std::getenv("NNFUSE_MAX_GRAPH_NODES"); e && *e) {
+      char* end = nullptr;
+      long long v = std::strtoll(e, &end, 10);
+      if (end && *end == 0 && v > 0) return int64_t(v);
+    }
+    return int64_t(4000000);
+  }();
+  return cap;
+}
+
 size_t tensor_bytes_checked(DType dtype, const Shape& shape) {
   uint64_t bytes = dtype_size(dtype);
   bool overflow = false;

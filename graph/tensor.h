@@ -22,6 +22,10 @@ size_t max_tensor_bytes();
 // turns false would otherwise run for ever): NNFUSE_MAX_LOOP_ITERATIONS, or 10^8. A trip count M
 // above it is fine while the condition ends the loop in time (exporters write M = 2^63-1).
 int64_t max_loop_iterations();
+// The most nodes a model may hold, every graph and subgraph and the inlined bodies of its local
+// functions counted (a few kilobytes of nested function calls can expand to 10^12 nodes):
+// NNFUSE_MAX_GRAPH_NODES, or 4,000,000.
+int64_t max_graph_nodes();
 // Bytes of a tensor of `shape`, failing (Shape error naming the shape) where they overflow or pass
 // max_tensor_bytes(): checked before anything is allocated or planned.
 size_t tensor_bytes_checked(DType dtype, const Shape& shape);

@@ -21,6 +21,7 @@ namespace nnfuse::fuzz {
 inline void set_fuzz_limits() {
   setenv("NNFUSE_MAX_TENSOR_BYTES", "67108864", 0);  // 64 MiB per tensor and arena
   setenv("NNFUSE_MAX_LOOP_ITERATIONS", "10000", 0);
+  setenv("NNFUSE_MAX_GRAPH_NODES", "100000", 0);  // inlined function calls too
 }
 
 // The first element where `got` differs from `want` by more than atol + rtol*|want|, described

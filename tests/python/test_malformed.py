@@ -164,6 +164,26 @@ def _recursive_function(tmp):
     return ref(p), ["recursive_fn.onnx", "Rec"]
 
 
+def _function_bomb(tmp):
+    # 12 levels of functions, each calling the one below 10 times: 3 KB that inline to 10^12 Relus.
+    # The node limit (4 million by default; NNFUSE_MAX_GRAPH_NODES) stops it within seconds.
+    funcs = [helper.make_function("local", "F0", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])], [helper.make_opsetid("", 17)])]
+    for k in range(1, 13):
+        names = ["x"] + [f"t{i}" for i in range(9)] + ["y"]
+        body = [helper.make_node(f"F{k - 1}", [names[i]], [names[i + 1]], domain="local") for i in range(10)]
+        funcs.append(helper.make_function("local", f"F{k}", ["x"], ["y"], body, [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]))
+    node = helper.make_node("F12", ["x"], ["y"], name="bomb", domain="local")
+    p = save(tmp, "function_bomb", [node], [vi("x", [2])], [vi("y", None)], functions=funcs)
+    return ref(p), ["function_bomb.onnx", "NNFUSE_MAX_GRAPH_NODES", "4000000"]
+
+
+def _too_many_nodes(tmp):
+    # 3000 Relus against a limit of 2000 (the env of test_malformed_model): refused at import.
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"]) for i in range(3000)]
+    p = save(tmp, "many_nodes", nodes, [vi("v0", [2])], [vi("v3000", [2])])
+    return ref(p), ["many_nodes.onnx", "more than 2000 nodes", "NNFUSE_MAX_GRAPH_NODES"]
+
+
 def _negative_init_dim(tmp):
     t = helper.make_tensor("w", F, [2], [1.0, 2.0])
     t.dims[0] = -2
@@ -209,6 +229,8 @@ MODEL_CASES = {
     "constant-without-value": _constant_without_value,
     "if-without-else": _if_without_branch,
     "recursive-function": _recursive_function,
+    "function-bomb": _function_bomb,
+    "too-many-nodes": _too_many_nodes,
     "negative-initializer-dim": _negative_init_dim,
     "negative-input-dim": _negative_input_dim,
     "loop-body-arity": _loop_body_arity,
@@ -234,7 +256,10 @@ MODEL_CASES = {
 @pytest.mark.parametrize("case", list(MODEL_CASES), ids=list(MODEL_CASES))
 def test_malformed_model(tmp_path, case):
     args, needles = MODEL_CASES[case](tmp_path)
-    p = nnfuse(*args, env={"NNFUSE_MAX_LOOP_ITERATIONS": "1000"}, timeout=120)
+    env = {"NNFUSE_MAX_LOOP_ITERATIONS": "1000"}
+    if case == "too-many-nodes":
+        env["NNFUSE_MAX_GRAPH_NODES"] = "2000"
+    p = nnfuse(*args, env=env, timeout=120)
     assert_clear_error(p, *needles)
 
 
