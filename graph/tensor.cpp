@@ -41,27 +41,26 @@ size_t max_tensor_bytes() {
   return cap;
 }
 
+namespace {
+// A positive whole number from the environment variable `name`, else `fallback` (read once per
+// limit: the callers keep it in a static).
+int64_t env_limit(const char* name, int64_t fallback) {
+  if (const char* e = std::getenv(name); e && *e) {
+    char* end = nullptr;
+    long long v = std::strtoll(e, &end, 10);
+    if (end && *end == 0 && v > 0) return int64_t(v);
+  }
+  return fallback;
+}
+}  // namespace
+
 int64_t max_loop_iterations() {
-  static const int64_t cap = [] {
-    if (const char* e = std::getenv("NNFUSE_MAX_LOOP_ITERATIONS"); e && *e) {
-      char* end = nullptr;
-      long long v = std::strtoll(e, &end, 10);
-      if (end && *end == 0 && v > 0) return int64_t(v);
-    }
-    return int64_t(100000000);
-  }();
+  static const int64_t cap = env_limit("NNFUSE_MAX_LOOP_ITERATIONS", 100000000);
   return cap;
 }
 
 int64_t max_graph_nodes() {
-  static const int64_t cap = [] {
-    if (const char* e = std::getenv("NNFUSE_MAX_GRAPH_NODES"); e && *e) {
-      char* end = nullptr;
-      long long v = std::strtoll(e, &end, 10);
-      if (end && *end == 0 && v > 0) return int64_t(v);
-    }
-    return int64_t(4000000);
-  }();
+  static const int64_t cap = env_limit("NNFUSE_MAX_GRAPH_NODES", 4000000);
   return cap;
 }
 
