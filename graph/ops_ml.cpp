@@ -1,5 +1,5 @@
-// Classic-ML featurization ops that exported scikit-learn and text pipelines put in front of a
-// model: Binarizer and ArrayFeatureExtractor (domain ai.onnx.ml) and TfIdfVectorizer (ai.onnx 9).
+// Classic-ML ops that exported scikit-learn and text pipelines hold: Binarizer,
+// ArrayFeatureExtractor and TreeEnsemble (domain ai.onnx.ml) and TfIdfVectorizer (ai.onnx 9).
 //
 // Binarizer: 1 where x > threshold, else 0, in x's type.
 // ArrayFeatureExtractor: the last axis of X gathered at the int64 indices Y (any shape, read
@@ -10,6 +10,17 @@
 //   ngram_indexes gives each n-gram; mode TF gives the counts, IDF the weight (1 without weights)
 //   where the count is non-zero, TFIDF count x weight. String pools are not supported (no string
 //   tensors).
+// TreeEnsemble (ai.onnx.ml 5): every row of X [N, F] walks each tree from its root (node i: go
+//   to the true branch where x[feature] <= / < / >= / > / == / != split, or is in the node's set
+//   of membership_values, or is NaN and nodes_missing_value_tracks_true; nodes_*leafs say whether
+//   a branch id names a leaf), and the leaves' weights are aggregated per target (SUM, AVERAGE,
+//   MIN, MAX; a target no leaf reaches is 0, as in ONNX Runtime, where the ONNX reference leaves
+//   MIN/MAX at the float range's end) into Y [N, n_targets]; post_transform by the spec's
+//   numbering, NONE (0), SOFTMAX (1), LOGISTIC (2) or SOFTMAX_ZERO (3) (PROBIT is refused).
+//   ONNX Runtime 1.23 swaps 1 and 2 (its own enum's order): it applies a logistic for 1; and
+//   its SOFTMAX_ZERO of a row of zeros is NaN (0 / 0), ours stays zeros.
+#include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -187,9 +198,176 @@ InferResult infer_tfidf(const InferContext& c) {
   return infer_one(TensorType(DType::Float32, out));
 }
 
+// ---- TreeEnsemble -------------------------------------------------------------------------------
+
+struct TreeEnsembleParams {
+  enum Mode { LEQ, LT, GTE, GT, EQ, NEQ, MEMBER };
+  std::vector<double> splits, leaf_weights;
+  std::vector<int64_t> features, modes, true_ids, false_ids, true_leaf, false_leaf, leaf_targets, roots, missing_true;
+  std::vector<std::vector<double>> members;  // per node: its set (MEMBER nodes only)
+  int64_t n_targets = 0, aggregate = 1, post = 0;
+};
+
+std::vector<double> tensor_attr(const Node& n, const char* name, const std::function<void(const std::string&)>& error) {
+  const Attribute* a = n.attrs.find(name);
+  if (!a) return {};
+  if (a->kind != Attribute::Kind::Tensor) error(std::string(name) + " must be a tensor attribute");
+  const Tensor& t = a->t;
+  std::vector<double> v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.as_double(i);
+  return v;
+}
+
+TreeEnsembleParams tree_params(const Node& n, const std::function<void(const std::string&)>& error) {
+  TreeEnsembleParams p;
+  const Attributes& a = n.attrs;
+  p.splits = tensor_attr(n, "nodes_splits", error);
+  p.leaf_weights = tensor_attr(n, "leaf_weights", error);
+  for (double m : tensor_attr(n, "nodes_modes", error)) p.modes.push_back(int64_t(m));
+  p.features = a.get_ints("nodes_featureids");
+  p.true_ids = a.get_ints("nodes_truenodeids");
+  p.false_ids = a.get_ints("nodes_falsenodeids");
+  p.true_leaf = a.get_ints("nodes_trueleafs");
+  p.false_leaf = a.get_ints("nodes_falseleafs");
+  p.leaf_targets = a.get_ints("leaf_targetids");
+  p.roots = a.get_ints("tree_roots");
+  p.missing_true = a.get_ints("nodes_missing_value_tracks_true");
+  p.n_targets = a.get_int("n_targets", 0);
+  p.aggregate = a.get_int("aggregate_function", 1);
+  p.post = a.get_int("post_transform", 0);
+  const size_t nodes = p.splits.size(), leaves = p.leaf_weights.size();
+  for (auto [what, size] : {std::pair{"nodes_featureids", p.features.size()}, std::pair{"nodes_modes", p.modes.size()},
+                            std::pair{"nodes_truenodeids", p.true_ids.size()}, std::pair{"nodes_falsenodeids", p.false_ids.size()},
+                            std::pair{"nodes_trueleafs", p.true_leaf.size()}, std::pair{"nodes_falseleafs", p.false_leaf.size()}})
+    if (size != nodes)
+      error(std::string(what) + " has " + std::to_string(size) + " entries for " + std::to_string(nodes) + " nodes_splits");
+  if (!p.missing_true.empty() && p.missing_true.size() != nodes) error("nodes_missing_value_tracks_true must have one entry per node");
+  if (p.leaf_targets.size() != leaves) error("leaf_targetids and leaf_weights differ in length");
+  if (p.n_targets < 1) error("n_targets must be at least 1");
+  if (p.aggregate < 0 || p.aggregate > 3) error("aggregate_function " + std::to_string(p.aggregate) + ": expected 0 to 3");
+  if (p.post < 0 || p.post > 4) error("post_transform " + std::to_string(p.post) + ": expected 0 to 4");
+  for (size_t i = 0; i < nodes; ++i) {
+    if (p.modes[i] < 0 || p.modes[i] > TreeEnsembleParams::MEMBER) error("nodes_modes[" + std::to_string(i) + "] is not a mode");
+    for (auto [id, leaf] : {std::pair{p.true_ids[i], p.true_leaf[i]}, std::pair{p.false_ids[i], p.false_leaf[i]}})
+      if (id < 0 || size_t(id) >= (leaf ? leaves : nodes))
+        error("node " + std::to_string(i) + " branches to " + (leaf ? "leaf " : "node ") + std::to_string(id) + " of " +
+              std::to_string(leaf ? leaves : nodes));
+    if (p.features[i] < 0) error("nodes_featureids[" + std::to_string(i) + "] is negative");
+  }
+  for (size_t l = 0; l < leaves; ++l)
+    if (p.leaf_targets[l] < 0 || p.leaf_targets[l] >= p.n_targets)
+      error("leaf_targetids[" + std::to_string(l) + "] = " + std::to_string(p.leaf_targets[l]) + " is not one of the " +
+            std::to_string(p.n_targets) + " targets");
+  for (int64_t r : p.roots)
+    if (r < 0 || size_t(r) >= std::max(nodes, leaves)) error("tree root " + std::to_string(r) + " names no node");
+  // Membership sets: the values between NaNs, one run per MEMBER node in node order.
+  const std::vector<double> mv = tensor_attr(n, "membership_values", error);
+  p.members.resize(nodes);
+  size_t at = 0;
+  for (size_t i = 0; i < nodes; ++i) {
+    if (p.modes[i] != TreeEnsembleParams::MEMBER) continue;
+    if (at >= mv.size()) error("membership_values has no set for member node " + std::to_string(i));
+    for (; at < mv.size() && !std::isnan(mv[at]); ++at) p.members[i].push_back(mv[at]);
+    ++at;  // the NaN
+  }
+  return p;
+}
+
+std::vector<Tensor> kernel_tree_ensemble(const KernelContext& c) {
+  auto error = [&](const std::string& m) { c.error(m); };
+  const TreeEnsembleParams p = tree_params(c.node, error);
+  if (p.post == 4) c.unsupported("TreeEnsemble with post_transform PROBIT");
+  const Tensor& X = c.input(0);
+  if (X.rank() != 2) c.error("X must be [N, F], got " + shape_str(X.shape()));
+  const int64_t N = X.shape()[0], F = X.shape()[1], T = p.n_targets;
+  for (int64_t f : p.features)
+    if (f >= F) c.error("a node tests feature " + std::to_string(f) + " of " + std::to_string(F));
+  // In double: a float64 X compared with float64 splits must not be rounded to float first.
+  std::vector<double> x(size_t(X.numel()));
+  for (int64_t i = 0; i < X.numel(); ++i) x[size_t(i)] = X.as_double(i);
+  const size_t nodes = p.splits.size();
+  std::vector<double> y(size_t(N * T));
+  for (int64_t r = 0; r < N; ++r) {
+    const double* row = x.data() + r * F;
+    double* out = y.data() + r * T;
+    std::fill(out, out + T, 0.0);
+    std::vector<char> reached(size_t(T), 0);  // MIN/MAX: a target no leaf reached stays 0
+    for (int64_t root : p.roots) {
+      int64_t id = root;
+      // A root whose branches both name the same leaf is that leaf (as the ONNX reference reads it).
+      bool leaf = size_t(root) < nodes && p.true_leaf[size_t(root)] && p.false_leaf[size_t(root)] &&
+                  p.true_ids[size_t(root)] == p.false_ids[size_t(root)];
+      if (size_t(root) >= nodes) leaf = true;
+      for (size_t steps = 0; !leaf; ++steps) {
+        if (steps > nodes) c.error("tree " + std::to_string(root) + " has a cycle");
+        const size_t i = size_t(id);
+        const double v = row[p.features[i]], s = p.splits[i];
+        bool go;
+        switch (p.modes[i]) {
+          case TreeEnsembleParams::LEQ: go = v <= s; break;
+          case TreeEnsembleParams::LT: go = v < s; break;
+          case TreeEnsembleParams::GTE: go = v >= s; break;
+          case TreeEnsembleParams::GT: go = v > s; break;
+          case TreeEnsembleParams::EQ: go = v == s; break;
+          case TreeEnsembleParams::NEQ: go = v != s; break;
+          default: go = std::find(p.members[i].begin(), p.members[i].end(), v) != p.members[i].end(); break;
+        }
+        if (std::isnan(v) && !p.missing_true.empty() && p.missing_true[i]) go = true;
+        leaf = go ? p.true_leaf[i] : p.false_leaf[i];
+        id = go ? p.true_ids[i] : p.false_ids[i];
+      }
+      const double w = p.leaf_weights[size_t(id)];
+      double& o = out[p.leaf_targets[size_t(id)]];
+      switch (p.aggregate) {
+        case 0: o += w / double(p.roots.size()); break;
+        case 1: o += w; break;
+        case 2: o = reached[size_t(&o - out)] ? std::min(o, w) : w; break;
+        default: o = reached[size_t(&o - out)] ? std::max(o, w) : w; break;
+      }
+      reached[size_t(&o - out)] = 1;
+    }
+    if (p.post == 2)
+      for (int64_t t = 0; t < T; ++t) out[t] = 1.0 / (1.0 + std::exp(-out[t]));
+    if (p.post == 1 || p.post == 3) {  // SOFTMAX_ZERO leaves zeros at zero
+      double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+      for (int64_t t = 0; t < T; ++t)
+        if (p.post == 1 || out[t] != 0) mx = std::max(mx, out[t]);
+      for (int64_t t = 0; t < T; ++t) {
+        const bool keep = p.post == 1 || out[t] != 0;
+        out[t] = keep ? std::exp(out[t] - mx) : 0.0;
+        sum += out[t];
+      }
+      for (int64_t t = 0; t < T; ++t) out[t] = sum > 0 ? out[t] / sum : out[t];
+    }
+  }
+  Tensor Y(DType::Float64, {N, T});
+  std::copy(y.begin(), y.end(), Y.data<double>());
+  return {Y.cast(X.dtype())};
+}
+
+InferResult infer_tree_ensemble(const InferContext& c) {
+  const TreeEnsembleParams p = tree_params(c.node, [&](const std::string& m) { c.error(m); });
+  const TensorType& x = c.input(0);
+  if (x.dtype != DType::Float32 && x.dtype != DType::Float64 && x.dtype != DType::Float16)
+    c.error(std::string("X must be float, double or float16, got ") + dtype_name(x.dtype));
+  if (x.has_shape && x.rank() != 2) c.error("X must be [N, F], got rank " + std::to_string(x.rank()));
+  return infer_one(TensorType(x.dtype, {x.has_shape ? x.dims[0] : Dim{}, Dim(p.n_targets)}));
+}
+
 }  // namespace
 
 void register_tensor_ml_ops(OpRegistry& r) {
+  {
+    OpSchema s = data_movement_schema("TreeEnsemble", 5, MappingType::ManyToMany, 1, 1, infer_tree_ensemble, kernel_tree_ensemble);
+    s.domain = "ai.onnx.ml";
+    // Per row and tree: one comparison per level (counted as the node count over the trees).
+    s.flops = [](const Node& n, const std::vector<TensorType>& ins, const std::vector<TensorType>&) {
+      const Attribute* f = n.attrs.find("nodes_featureids");
+      if (ins.empty() || !ins[0].has_shape || ins[0].rank() != 2 || !ins[0].dims[0].known() || !f) return 0.0;
+      return double(ins[0].dims[0].value) * double(f->ints.size());
+    };
+    r.add(std::move(s));
+  }
   {
     OpSchema s = data_movement_schema("Binarizer", 1, MappingType::OneToOne, 1, 1, infer_binarizer, kernel_binarizer);
     s.domain = "ai.onnx.ml";
