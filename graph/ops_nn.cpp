@@ -161,6 +161,7 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_nn_fold_ops(r);
   nn::register_nn_roi_ops(r);
   nn::register_nn_deform_conv_ops(r);
+  nn::register_nn_linear_attention_ops(r);
 }
 
 }  // namespace nnfuse

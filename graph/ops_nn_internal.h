@@ -146,5 +146,6 @@ void register_nn_loss_ops(OpRegistry& r);
 void register_nn_fold_ops(OpRegistry& r);
 void register_nn_roi_ops(OpRegistry& r);
 void register_nn_deform_conv_ops(OpRegistry& r);
+void register_nn_linear_attention_ops(OpRegistry& r);
 
 }  // namespace nnfuse::nn

@@ -781,3 +781,44 @@ TEST_CASE("DeformConv against Conv: zero offsets, a constant mask, whole-pixel o
   REQUIRE_THROWS_WITH(run("DeformConv", {x, w, random_f32({2, 9, OH, OW}, 1)}, a, 19),
                       Catch::Contains("node_DeformConv") && Catch::Contains("offset [2,9,"));
 }
+
+// LinearAttention on scalar heads (dk = dv = 1), where the recurrence is arithmetic by hand:
+// linear S_t = S_{t-1} + k v, o = scale q S; gated multiplies S by exp(g) first; delta writes
+// beta (v - S k) instead of v. Two query heads share one KV head (GQA).
+TEST_CASE("LinearAttention: linear, gated and delta recurrences, GQA, past state", "[ops][nn]") {
+  const Tensor q = f32({1, 2, 2}, {1, 2, 3, 4}), k = f32({1, 2, 1}, {0.5f, 2}), v = f32({1, 2, 1}, {4, -1});
+  const Tensor past = f32({1, 1, 1, 1}, {1});
+  auto a = [](const char* rule) {
+    return attrs({{"update_rule", A::s(rule)}, {"q_num_heads", A::i(2)}, {"kv_num_heads", A::i(1)}, {"scale", A::f(0.5f)}});
+  };
+  // linear: S1 = 1 + 2 = 3, S2 = 3 - 2 = 1; o = 0.5 q S.
+  auto r = run("LinearAttention", {q, k, v, past}, a("linear"), 27, 2);
+  require_values(r[0], {1, 2, 2}, {1.5f, 3, 1.5f, 2});
+  require_values(r[1], {1, 1, 1, 1}, {1});
+  // gated, g = ln 2 then 0: S1 = 2 * 1 + 2 = 4, S2 = 4 - 2 = 2.
+  auto g = run("LinearAttention", {q, k, v, past, f32({1, 2, 1}, {std::log(2.f), 0})}, a("gated"), 27, 2);
+  require_values(g[0], {1, 2, 2}, {2, 4, 3, 4}, 1e-5);
+  // delta, beta = 0.5: v1' = 0.5 (4 - 1 * 0.5) = 1.75, S1 = 1 + 0.875 = 1.875;
+  // v2' = 0.5 (-1 - 1.875 * 2) = -2.375, S2 = 1.875 - 4.75 = -2.875.
+  auto d = run("LinearAttention", {q, k, v, past, Tensor(), f32({1, 2, 1}, {0.5f, 0.5f})}, a("delta"), 27, 2);
+  require_values(d[0], {1, 2, 2}, {0.9375f, 1.875f, -4.3125f, -5.75f});
+  require_values(d[1], {1, 1, 1, 1}, {-2.875f});
+  REQUIRE_THROWS_WITH(run("LinearAttention", {q, k, v, past}, a("delta"), 27, 2), Catch::Contains("needs beta input"));
+  REQUIRE_THROWS_WITH(run("LinearAttention", {q, k, v, past}, a("fast"), 27, 2), Catch::Contains("update_rule 'fast'"));
+}
+
+TEST_CASE("CausalConvWithState: depthwise causal conv over past ++ input, SiLU, carried state", "[ops][nn]") {
+  const Tensor x = f32({1, 2, 3}, {1, 2, 3, -1, 0, 1}), w = f32({2, 1, 3}, {1, 1, 1, 0, 0, 2}), b = f32({2}, {0, 1});
+  const Tensor past = f32({1, 2, 2}, {10, 20, 5, 6});
+  auto r = run("CausalConvWithState", {x, w, b, past}, {}, 27, 2);
+  // channel 0: sums of 3 over [10, 20, 1, 2, 3]; channel 1: 1 + 2 x over [5, 6, -1, 0, 1].
+  require_values(r[0], {1, 2, 3}, {31, 23, 6, -1, 1, 3});
+  require_values(r[1], {1, 2, 2}, {2, 3, 0, 1});
+  // Without a past state the padding is zeros; SiLU after the bias.
+  auto s = run("CausalConvWithState", {x, w}, attrs({{"activation", A::s("silu")}}), 27, 2);
+  const float c0 = 1.f, c2 = 6.f;
+  CHECK(s[0].data<float>()[0] == Approx(c0 / (1 + std::exp(-c0))));
+  CHECK(s[0].data<float>()[2] == Approx(c2 / (1 + std::exp(-c2))));
+  const Tensor wrong_past = f32({1, 2, 3}, std::vector<float>(6));
+  REQUIRE_THROWS_WITH(run("CausalConvWithState", {x, w, Tensor(), wrong_past}, {}, 27, 2), Catch::Contains("past_state must be [1,2,2]"));
+}
