@@ -103,12 +103,17 @@ void register_builtin_backends() {
 
 }  // namespace
 
-nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan, const std::string& cuda_arch) {
+nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan, const std::string& cuda_arch, const std::string& precision) {
+  if (precision != "fp32" && precision != "fp16") fail(ErrorKind::Invalid, "precision '" + precision + "': expected fp32 or fp16");
   try {
     LowerOptions lo;
     lo.layout_block = 0;
     const KernelModule km = lower_module(g, plan, lo);
-    const device::DeviceProgram p = device::print_device_program(km);
+    device::DeviceProgramOptions po;
+    po.tensor_cores = precision == "fp16";
+    const device::DeviceProgram p = device::print_device_program(km, po);
+    int tensor_core_kernels = 0;
+    for (auto& k : p.kernels) tensor_core_kernels += k.tensor_cores;
     std::set<std::string> entries;
     for (auto& k : p.kernels) entries.insert(k.name);
     nlohmann::json host = nlohmann::json::array();
@@ -116,7 +121,11 @@ nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan, const
       if (!p.stage_kernels[i].empty()) continue;
       host.push_back({{"stage", km.stages[i].name}, {"ops", stage_node_list(g, km.stages[i])}, {"reason", p.host_reason[i]}});
     }
-    nlohmann::json rep = {{"kernels", p.kernels.size()}, {"entry_points", entries.size()}, {"host_stages", host}};
+    nlohmann::json rep = {{"kernels", p.kernels.size()},
+                          {"entry_points", entries.size()},
+                          {"host_stages", host},
+                          {"precision", precision},
+                          {"tensor_core_kernels", tensor_core_kernels}};
     if (!cuda_arch.empty()) {
       try {
         const device::CudaCompileReport c = device::cuda_compile_check(device::cuda_prelude() + p.source, cuda_arch);

@@ -58,8 +58,10 @@ std::unique_ptr<Executable> compile(const Model& m, const FusionPlan* plan, cons
 // host_stages: [{stage, ops, reason}]}, or {error} when it cannot be lowered, e.g. dynamic shapes).
 // With `cuda_arch` ("sm_70"), the CUDA spelling is also compiled with NVRTC for that architecture
 // (no GPU needed) and `cuda_compile` gives registers, spills and shared memory per entry point
-// with their maxima, or {error} (no NVRTC for it, a compile error).
-nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan, const std::string& cuda_arch = "");
+// with their maxima, or {error} (no NVRTC for it, a compile error). `precision` "fp16" prints
+// GEMM/conv tiles for tensor cores, as CompileOptions::precision does (`tensor_core_kernels`).
+nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan, const std::string& cuda_arch = "",
+                                   const std::string& precision = "fp32");
 
 // Deployable artifacts of CPU targets (`nnfuse compile -o DIR`): a shared library, the optimized
 // model with its weights, and the plan. Loading needs no compiler.

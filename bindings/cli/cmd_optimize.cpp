@@ -33,6 +33,7 @@ int run_optimize(const ParsedArgs& args) {
   o.verify = args.has("--verify");
   target_by_name(o.target);  // an unknown target fails before any work
   if (args.has("--cuda-arch") && o.target != "volta-cuda") fail(ErrorKind::Invalid, "--cuda-arch needs --target volta-cuda");
+  if (args.has("--precision") && o.target != "volta-cuda") fail(ErrorKind::Invalid, "--precision needs --target volta-cuda");
   OptimizeResult r = optimize(m, o);
   nlohmann::json& rep = r.report;
   rep["model"] = path;
@@ -53,7 +54,7 @@ int run_optimize(const ParsedArgs& args) {
     }
   }
   // GPU targets: which stages would run on the host between device launches.
-  if (r.plan && (o.target == "mali-opencl" || o.target == "volta-cuda")) rep["device"] = device_stage_report(m.graph, *r.plan, args.get("--cuda-arch", ""));
+  if (r.plan && (o.target == "mali-opencl" || o.target == "volta-cuda")) rep["device"] = device_stage_report(m.graph, *r.plan, args.get("--cuda-arch", ""), args.get("--precision", "fp32"));
   if (args.json()) {
     print_json(rep);
     return 0;
@@ -118,6 +119,7 @@ Command optimize_command() {
       {"--export-rewritten", "", "OUT.onnx", "write the graph after rewriting, before fusion (runs in ONNX Runtime)"},
       {"--export-fused", "", "OUT.onnx", "write fused blocks as nnfuse-domain function nodes (for Netron)"},
       {"--dot", "", "OUT.dot", "draw the fusion blocks as Graphviz clusters coloured by mapping type"},
+      {"--precision", "", "P", "volta-cuda: fp32 (default) or fp16 (GEMM/conv tiles on tensor cores) for the device report and --cuda-arch"},
       {"--cuda-arch", "", "ARCH", "volta-cuda: also compile the kernels with NVRTC for ARCH (e.g. sm_70; no GPU needed) and report registers, spills and shared memory"},
       {"--verify", "", "", "validate the graph after every pass"},
       {"--json", "", "", "print the optimize report as one JSON object"},

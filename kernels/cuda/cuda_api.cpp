@@ -615,6 +615,7 @@ typedef int i32; typedef unsigned int u32; typedef long long i64; typedef unsign
 // Tensor cores through PTX's wmma instructions (sm_70+), so that no CUDA header is needed (the
 // pip NVRTC has none). A host emulation defines NF_HOST_EMULATION and its own versions.
 #define NF_ALIGN32 __align__(32)
+#define NF_TC_BOUNDS __launch_bounds__(256, 2)
 typedef struct { u32 x[8]; } nf_frag_ab;
 typedef struct { float x[8]; } nf_frag_c;
 __device__ static inline u16 nf_f2h(float v) { u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h; }

@@ -623,8 +623,10 @@ struct KernelPrinter {
     if (sum) sum->buffers = k.buffers;  // the epilogue's buffers were added after the copy
     std::ostringstream o;
     o << helpers;
-    auto kernel = [&](const std::string& name, const std::string& text) {
-      o << "NF_KERNEL void " << name << "(";
+    auto kernel = [&](const std::string& name, const std::string& text, bool tensor_cores) {
+      // Tensor-core tiles hold their fragments and staging loops in up to ~130 registers on
+      // sm_70: the bounds keep two 256-thread blocks per SM (128 registers), as the other tiles do.
+      o << "NF_KERNEL void " << (tensor_cores ? "NF_TC_BOUNDS " : "") << name << "(";
       for (size_t i = 0; i < k.buffers.size(); ++i) o << "NF_GLOBAL u8* p" << i << ", i64 q" << i << ", ";
       if (k.scratch_bytes) o << "NF_GLOBAL u8* p_scratch, i64 q_scratch, ";
       o << "NF_GLOBAL u8* p_status, i64 q_status, i64 stage_id) {\n";
@@ -641,8 +643,8 @@ struct KernelPrinter {
       for (std::string line; std::getline(lines, line);) (line.find("NF_LOCAL_ARRAY") != std::string::npos ? locals : rest) += line + "\n";
       o << locals << "  (void)status;\n  (void)stage_id;\n" << rest << "}\n\n";
     };
-    kernel(k.name, body.str());
-    if (sum) kernel(sum->name, body_sum.str());
+    kernel(k.name, body.str(), k.tensor_cores);
+    if (sum) kernel(sum->name, body_sum.str(), false);
     return o.str();
   }
 };

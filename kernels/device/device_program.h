@@ -11,6 +11,7 @@
 //   NF_INF, NF_NAN     float constants; i8 u8 i16 u16 i32 u32 i64 u64 integer typedefs
 // and, for tensor-core tiles only (DeviceProgramOptions::tensor_cores; CUDA's prelude has them):
 //   NF_ALIGN32         32-byte alignment of a work-group array
+//   NF_TC_BOUNDS       launch bounds of a tensor-core kernel (between `void` and its name)
 //   nf_f2h(x)          float -> fp16 bits (u16), round to nearest even
 //   nf_frag_ab, nf_frag_c   a warp's 16 x 16 fp16 operand / fp32 accumulator fragment
 //   nf_mma_zero(&c), nf_mma_load_a(&f, p, ld), nf_mma_load_b(&f, p, ld), nf_mma(&c, &a, &b),

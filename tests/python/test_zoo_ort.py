@@ -223,11 +223,17 @@ def test_zoo_reference_matches_ort(cli, export_cache, workdir, model, opset):
 @pytest.mark.parametrize("model,opset", [c for c in CASES if c.values[1] == 13])
 def test_zoo_volta_cuda_kernels_compile_for_sm70_without_spills(cli, export_cache, model, opset):
     # Every zoo model's CUDA kernels through NVRTC for Volta (no GPU needed; ~3 s for ResNet-50's
-    # 53 entry points): no spills, at most 128 registers, at most 48 KiB of shared memory.
+    # 53 entry points): no spills, at most 128 registers, at most 48 KiB of shared memory. The
+    # full-size models also with fp16 tensor-core tiles (the tiny ones' grids are too small to
+    # take them at the default threshold).
     _need(model)
     path = _export(cli, export_cache, model, opset)
     rep = cli.ok("optimize", path, "--target", "volta-cuda", "--cuda-arch", "sm_70", "--no-profile")
     assert_cuda_kernels_fit(rep["device"])
+    if not model["tiny"]:
+        rep = cli.ok("optimize", path, "--target", "volta-cuda", "--cuda-arch", "sm_70", "--no-profile", "--precision", "fp16")
+        assert rep["device"]["precision"] == "fp16" and rep["device"]["tensor_core_kernels"] > 0, rep["device"]
+        assert_cuda_kernels_fit(rep["device"])
 
 
 @pytest.mark.parametrize("model,opset", CASES)

@@ -64,6 +64,7 @@ extern "C" void nf_emu_set_ids(unsigned t, unsigned b, unsigned n) { threadIdx =
 // kernels' barrier after the store orders it before other lanes read the tile, as on a GPU.
 #define NF_HOST_EMULATION
 #define NF_ALIGN32 __attribute__((aligned(32)))
+#define NF_TC_BOUNDS
 typedef struct { float v[256]; } nf_frag_ab;
 typedef struct { float v[256]; } nf_frag_c;
 static inline unsigned short nf_f2h(float f) {  // round to nearest even, as cvt.rn.f16.f32
@@ -135,7 +136,8 @@ class CudaEmulationApi final : public DeviceApi {
     std::set<std::string> seen;  // stages that share an entry point name it once each
     for (const auto& name : kernels) {
       if (!seen.insert(name).second) continue;
-      const std::string head = "NF_KERNEL void " + name + "(";
+      std::string head = "NF_KERNEL void " + name + "(";
+      if (source.find(head) == std::string::npos) head = "NF_KERNEL void NF_TC_BOUNDS " + name + "(";
       const size_t at = source.find(head);
       if (at == std::string::npos) fail(ErrorKind::Runtime, "emulation: kernel " + name + " not in the program");
       const size_t end = source.find(')', at);
