@@ -122,15 +122,19 @@ InferResult infer_reshape(const InferContext& c) {
   int64_t pin = 1, pout = 1;
   bool anon = false;
   std::multiset<std::string> sin, sout;
+  // Products of static dims past 2^63 are no shape (a fuzzed file had [805306365, 68719476735]).
+  auto times = [&](int64_t& acc, int64_t v, const std::string& what) {
+    if (__builtin_mul_overflow(acc, v, &acc)) c.error("Reshape: " + what + " has more than 2^63 elements");
+  };
   for (auto& d : in.dims) {
-    if (d.known()) pin *= d.value;
+    if (d.known()) times(pin, d.value, "the input " + dims_str(in.dims));
     else if (d.symbol.empty()) anon = true;
     else sin.insert(d.symbol);
   }
   for (size_t i = 0; i < target.size(); ++i) {
     if (minus_one[i]) continue;
     auto& d = target[i];
-    if (d.known()) pout *= d.value;
+    if (d.known()) times(pout, d.value, "the target shape " + target_str());
     else if (d.symbol.empty()) anon = true;
     else sout.insert(d.symbol);
   }

@@ -65,7 +65,9 @@ bool apply(Graph& g, NodeId id) {
       n.attrs.get_int("right_window_size", -1) != -1 || n.attrs.get_int("qk_matmul_output_mode", 0) != 0)
     return false;
   const TensorType &q = g.type(n.inputs[0]), &k = g.type(n.inputs[1]), &v = g.type(n.inputs[2]);
-  if (q.dtype != DType::Float32 || !q.has_shape || !k.has_shape || !v.has_shape || q.rank() != k.rank() || q.rank() != v.rank()) return false;
+  // All three float32: the spec lets V's type differ from Q's and K's, which the float32
+  // MatMuls below would mix.
+  if (q.dtype != DType::Float32 || k.dtype != DType::Float32 || v.dtype != DType::Float32 || !q.has_shape || !k.has_shape || !v.has_shape || q.rank() != k.rank() || q.rank() != v.rank()) return false;
   const bool three_d = q.rank() == 3;
   if (!three_d && q.rank() != 4) return false;
   auto known = [](const TensorType& t, int i) { return t.dims[size_t(i)].known() ? t.dims[size_t(i)].value : int64_t(-1); };
