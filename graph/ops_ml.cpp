@@ -317,14 +317,15 @@ std::vector<Tensor> kernel_tree_ensemble(const KernelContext& c) {
         id = go ? p.true_ids[i] : p.false_ids[i];
       }
       const double w = p.leaf_weights[size_t(id)];
-      double& o = out[p.leaf_targets[size_t(id)]];
+      const size_t target = size_t(p.leaf_targets[size_t(id)]);
+      double& o = out[target];
       switch (p.aggregate) {
         case 0: o += w / double(p.roots.size()); break;
         case 1: o += w; break;
-        case 2: o = reached[size_t(&o - out)] ? std::min(o, w) : w; break;
-        default: o = reached[size_t(&o - out)] ? std::max(o, w) : w; break;
+        case 2: o = reached[target] ? std::min(o, w) : w; break;
+        default: o = reached[target] ? std::max(o, w) : w; break;
       }
-      reached[size_t(&o - out)] = 1;
+      reached[target] = 1;
     }
     if (p.post == 2)
       for (int64_t t = 0; t < T; ++t) out[t] = 1.0 / (1.0 + std::exp(-out[t]));
