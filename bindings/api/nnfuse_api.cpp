@@ -408,6 +408,7 @@ CompiledModel compile(const Model& model, const CompileOptions& opt) {
       in::target_by_name(opt.target);  // unknown targets fail now, not in the background
       in::CompileOptions ref = impl->opt;
       ref.target = "reference";
+      ref.precision = "fp32";  // the reference kernels serve runs in fp32 whatever the target's precision
       impl->reference = in::compile(impl->model, impl->plan ? &*impl->plan : nullptr, ref);
       // Static shapes are known now: start their build at once.
       if (impl->static_inputs) impl->building.emplace(std::vector<in::Shape>{}, impl->launch({}));

@@ -503,3 +503,9 @@ def test_precision_fp16_needs_tensor_cores(zoo_dir):
         with pytest.raises(nnfuse.UnsupportedError) as e:
             nnfuse.InferenceSession(zoo_dir / "resnet_tiny.onnx", target="mali-opencl", precision="fp16")
         assert "tensor cores" in str(e.value) and "opencl" in str(e.value), str(e.value)
+        # In the background the reference kernels serve runs (in fp32); the build's refusal comes
+        # from wait().
+        model = nnfuse.compile(g, "mali-opencl", background=True, precision="fp16")
+        with pytest.raises(nnfuse.UnsupportedError) as e:
+            model.wait()
+        assert "tensor cores" in str(e.value), str(e.value)
