@@ -1,7 +1,7 @@
 // decompose-rms-norm: RMSNormalization (opset 23) -> Mul(X, X), ReduceMean over the normalised
 // axes, Add(epsilon), Sqrt, Div, Mul(scale): ops the code generator lowers (a reduction with its
 // epilogue and elementwise stages), where the op itself has only its reference kernel.
-// Condition: float32 X of known rank; the op's stash_type is float (its default, and what the
+// Condition: float32 X of known rank and float32 scale; the op's stash_type is float (its default, and what the
 // decomposed form computes in). Apply: the chain above, the output keeping its name.
 #include "rewrite/passes_util.h"
 
@@ -12,7 +12,8 @@ bool apply(Graph& g, NodeId id) {
   const Node n = g.node(id);
   if (n.inputs.size() < 2 || n.outputs.empty() || n.outputs[0].empty()) return false;
   const TensorType& x = g.type(n.inputs[0]);
-  if (x.dtype != DType::Float32 || !x.has_shape || x.rank() < 1) return false;
+  // The spec lets scale's type differ from X's; the float32 Mul below would mix them.
+  if (x.dtype != DType::Float32 || g.type(n.inputs[1]).dtype != DType::Float32 || !x.has_shape || x.rank() < 1) return false;
   if (n.attrs.get_int("stash_type", 1) != 1) return false;
   int64_t axis = n.attrs.get_int("axis", -1);
   if (axis < -x.rank() || axis >= x.rank()) return false;  // the op's own inference reports it
