@@ -157,6 +157,9 @@ std::vector<Tensor> kernel_tfidf(const KernelContext& c) {
   if (x.rank() > 2) c.error("X must be [C] or [B, C], got " + shape_str(x.shape()));
   const int64_t rows = x.rank() == 2 ? x.shape()[0] : 1, C = x.rank() == 0 ? 1 : x.shape().back();
   const std::vector<int64_t> v = x.to_int_vector();
+  // The slots come from ngram_indexes, so their count is the file's to choose: checked against the
+  // tensor limit (the counts are int64) before anything is allocated.
+  tensor_bytes_checked(DType::Int64, {rows, p.output_size});
   std::vector<int64_t> count(size_t(rows * p.output_size), 0);
   std::vector<int64_t> gram;
   for (int64_t r = 0; r < rows; ++r) {
@@ -286,6 +289,7 @@ std::vector<Tensor> kernel_tree_ensemble(const KernelContext& c) {
   std::vector<double> x(size_t(X.numel()));
   for (int64_t i = 0; i < X.numel(); ++i) x[size_t(i)] = X.as_double(i);
   const size_t nodes = p.splits.size();
+  tensor_bytes_checked(DType::Float64, {N, T});  // n_targets is the file's to choose
   std::vector<double> y(size_t(N * T));
   for (int64_t r = 0; r < N; ++r) {
     const double* row = x.data() + r * F;

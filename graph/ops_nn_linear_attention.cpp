@@ -97,6 +97,9 @@ std::vector<Tensor> linear_attention_kernel(const KernelContext& c) {
   const std::vector<double> g = present[4] ? doubles(c.input(4)) : std::vector<double>{};
   const std::vector<double> beta = present[5] ? doubles(c.input(5)) : std::vector<double>{};
   const int64_t B = d.B, T = d.T, Hq = d.Hq, Hkv = d.Hkv, dk = d.dk, dv = d.dv, group = Hq / Hkv;
+  // The state is dk x dv per head, more than the inputs hold: checked before allocating.
+  tensor_bytes_checked(DType::Float64, {B, Hkv, dk, dv});
+  tensor_bytes_checked(DType::Float64, {B, T, Hq, dv});
   std::vector<double> S = present[3] ? doubles(c.input(3)) : std::vector<double>(size_t(B * Hkv * dk * dv), 0.0);
   std::vector<double> out(size_t(B * T * Hq * dv), 0.0);
   std::vector<double> vt(static_cast<size_t>(dv));
@@ -185,6 +188,7 @@ std::vector<Tensor> causal_conv_kernel(const KernelContext& c) {
     c.error("bias must be [" + std::to_string(C) + "], got " + shape_str(c.input(2).shape()));
   if (c.has_input(3) && c.input(3).shape() != Shape{B, C, P})
     c.error("past_state must be " + shape_str(Shape{B, C, P}) + ", got " + shape_str(c.input(3).shape()));
+  tensor_bytes_checked(DType::Float64, {B, C, P});  // the state: B x C x (k - 1), more than the inputs hold
   const std::vector<double> xv = doubles(x), wv = doubles(w);
   const std::vector<double> bias = c.has_input(2) ? doubles(c.input(2)) : std::vector<double>(size_t(C), 0.0);
   const std::vector<double> past = c.has_input(3) ? doubles(c.input(3)) : std::vector<double>(size_t(B * C * P), 0.0);

@@ -247,6 +247,7 @@ MelParams mel_params(const std::vector<const Tensor*>& in, const std::function<v
 std::vector<Tensor> kernel_mel_weight_matrix(const KernelContext& c) {
   const MelParams p = mel_params(c.inputs, [&](const std::string& m) { c.error(m); });
   const int64_t spectrum = p.dft_length / 2 + 1;
+  Tensor y(DType::Float64, {spectrum, p.bins});  // sized (and checked against the limit) first
   auto mel = [](double hz) { return 2595.0 * std::log10(1.0 + hz / 700.0); };
   const double lo = mel(p.lower), step = (mel(p.upper) - lo) / double(p.bins + 2);
   std::vector<int64_t> point(size_t(p.bins + 2));
@@ -254,7 +255,6 @@ std::vector<Tensor> kernel_mel_weight_matrix(const KernelContext& c) {
     const double hz = 700.0 * (std::pow(10.0, (double(i) * step + lo) / 2595.0) - 1.0);
     point[size_t(i)] = int64_t(std::floor(double(p.dft_length + 1) * hz / double(p.sample_rate)));
   }
-  Tensor y(DType::Float64, {spectrum, p.bins});
   double* out = y.data<double>();
   auto at = [&](int64_t j, int64_t i) -> double& {
     if (j < 0 || j >= spectrum)

@@ -184,6 +184,19 @@ def _too_many_nodes(tmp):
     return ref(p), ["many_nodes.onnx", "more than 2000 nodes", "NNFUSE_MAX_GRAPH_NODES"]
 
 
+def _tree_targets_past_memory(tmp):
+    # n_targets = 2^40: the output would need 8 TB; refused before anything is allocated.
+    node = helper.make_node("TreeEnsemble", ["x"], ["y"], name="forest", domain="ai.onnx.ml",
+                            nodes_splits=numpy_helper.from_array(np.array([0.5], np.float32)), nodes_featureids=[0],
+                            nodes_modes=numpy_helper.from_array(np.array([0], np.uint8)), nodes_truenodeids=[0],
+                            nodes_trueleafs=[1], nodes_falsenodeids=[1], nodes_falseleafs=[1], leaf_targetids=[0, 1],
+                            leaf_weights=numpy_helper.from_array(np.array([1, 2], np.float32)), tree_roots=[0], n_targets=2 ** 40)
+    g = helper.make_graph([node], "forest", [vi("x", [2, 1])], [vi("y", None)])
+    p = tmp / "forest.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("ai.onnx.ml", 5)], ir_version=10), str(p))
+    return ref(p), ["forest.onnx", "'forest'", "TreeEnsemble", "bytes"]
+
+
 def _negative_init_dim(tmp):
     t = helper.make_tensor("w", F, [2], [1.0, 2.0])
     t.dims[0] = -2
@@ -230,6 +243,7 @@ MODEL_CASES = {
     "if-without-else": _if_without_branch,
     "recursive-function": _recursive_function,
     "function-bomb": _function_bomb,
+    "tree-ensemble-targets-past-memory": _tree_targets_past_memory,
     "too-many-nodes": _too_many_nodes,
     "negative-initializer-dim": _negative_init_dim,
     "negative-input-dim": _negative_input_dim,
