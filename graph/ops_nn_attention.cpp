@@ -65,8 +65,10 @@ std::vector<Tensor> attention_typed(const KernelContext& c, const std::vector<co
   const AttnDims a = attention_dims(c.node, Q.shape(), K.shape(), V.shape(), c.opset, err);
   if ((past_k == nullptr) != (past_v == nullptr)) c.error("past_key and past_value must be given together");
   if (nonpad && past_k) c.error("nonpad_kv_seqlen cannot be combined with past_key/past_value");
+  // The rank first: the past length is read from dim 2 (a fuzzed 2-D past_key read past its shape).
+  if (past_k && past_k->rank() != 4) c.error("past_key " + shape_str(past_k->shape()) + " must be [B, kv heads, past, head size]");
   const int64_t P = past_k ? past_k->dim(2) : 0, L = P + a.Skv;
-  if (past_k && (past_k->rank() != 4 || past_k->dim(0) != a.B || past_k->dim(1) != a.Hkv || past_k->dim(3) != a.Dk))
+  if (past_k && (past_k->dim(0) != a.B || past_k->dim(1) != a.Hkv || past_k->dim(3) != a.Dk))
     c.error("past_key " + shape_str(past_k->shape()) + " must be [B, kv heads, past, head size]");
   if (past_v && (past_v->rank() != 4 || past_v->dim(0) != a.B || past_v->dim(1) != a.Hkv || past_v->dim(2) != P || past_v->dim(3) != a.Dv))
     c.error("past_value " + shape_str(past_v->shape()) + " does not match past_key " + shape_str(past_k->shape()));
