@@ -215,10 +215,7 @@ std::vector<double> tensor_attr(const Node& n, const char* name, const std::func
   const Attribute* a = n.attrs.find(name);
   if (!a) return {};
   if (a->kind != Attribute::Kind::Tensor) error(std::string(name) + " must be a tensor attribute");
-  const Tensor& t = a->t;
-  std::vector<double> v(size_t(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.as_double(i);
-  return v;
+  return a->t.to_double_vector();
 }
 
 TreeEnsembleParams tree_params(const Node& n, const std::function<void(const std::string&)>& error) {
@@ -286,14 +283,13 @@ std::vector<Tensor> kernel_tree_ensemble(const KernelContext& c) {
   for (int64_t f : p.features)
     if (f >= F) c.error("a node tests feature " + std::to_string(f) + " of " + std::to_string(F));
   // In double: a float64 X compared with float64 splits must not be rounded to float first.
-  std::vector<double> x(size_t(X.numel()));
-  for (int64_t i = 0; i < X.numel(); ++i) x[size_t(i)] = X.as_double(i);
+  const std::vector<double> x = X.to_double_vector();
   const size_t nodes = p.splits.size();
-  tensor_bytes_checked(DType::Float64, {N, T});  // n_targets is the file's to choose
-  std::vector<double> y(size_t(N * T));
+  Tensor Y(DType::Float64, {N, T});  // n_targets is the file's to choose: the tensor limit applies
+  double* y = Y.data<double>();
   for (int64_t r = 0; r < N; ++r) {
     const double* row = x.data() + r * F;
-    double* out = y.data() + r * T;
+    double* out = y + r * T;
     std::fill(out, out + T, 0.0);
     std::vector<char> reached(size_t(T), 0);  // MIN/MAX: a target no leaf reached stays 0
     for (int64_t root : p.roots) {
@@ -345,8 +341,6 @@ std::vector<Tensor> kernel_tree_ensemble(const KernelContext& c) {
       for (int64_t t = 0; t < T; ++t) out[t] = sum > 0 ? out[t] / sum : out[t];
     }
   }
-  Tensor Y(DType::Float64, {N, T});
-  std::copy(y.begin(), y.end(), Y.data<double>());
   return {Y.cast(X.dtype())};
 }
 

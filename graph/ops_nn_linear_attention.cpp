@@ -24,19 +24,11 @@ namespace nnfuse::nn {
 
 namespace {
 
-std::vector<double> doubles(const Tensor& t) {
-  std::vector<double> v(size_t(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = t.as_double(i);
-  return v;
-}
-
 Tensor from_doubles(const std::vector<double>& v, const Shape& s, DType t) {
   Tensor y(DType::Float64, s);
   std::copy(v.begin(), v.end(), y.data<double>());
   return y.cast(t);
 }
-
-bool is_float_type(DType t) { return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16; }
 
 // ---- LinearAttention ---------------------------------------------------------------------------
 
@@ -92,15 +84,15 @@ std::vector<Tensor> linear_attention_kernel(const KernelContext& c) {
     if (c.has_input(i)) shapes[i] = c.input(i).shape(), present[i] = true;
   const LinearAttentionDims d = linear_attention_dims(c.node, shapes, present, [&](const std::string& m) { c.error(m); });
   for (size_t i = 0; i < 6; ++i)
-    if (present[i] && !is_float_type(c.input(i).dtype())) c.error(std::string("input ") + std::to_string(i) + " must be a float tensor");
-  const std::vector<double> q = doubles(c.input(0)), k = doubles(c.input(1)), v = doubles(c.input(2));
-  const std::vector<double> g = present[4] ? doubles(c.input(4)) : std::vector<double>{};
-  const std::vector<double> beta = present[5] ? doubles(c.input(5)) : std::vector<double>{};
+    if (present[i] && !dtype_is_float(c.input(i).dtype())) c.error(std::string("input ") + std::to_string(i) + " must be a float tensor");
+  const std::vector<double> q = c.input(0).to_double_vector(), k = c.input(1).to_double_vector(), v = c.input(2).to_double_vector();
+  const std::vector<double> g = present[4] ? c.input(4).to_double_vector() : std::vector<double>{};
+  const std::vector<double> beta = present[5] ? c.input(5).to_double_vector() : std::vector<double>{};
   const int64_t B = d.B, T = d.T, Hq = d.Hq, Hkv = d.Hkv, dk = d.dk, dv = d.dv, group = Hq / Hkv;
   // The state is dk x dv per head, more than the inputs hold: checked before allocating.
   tensor_bytes_checked(DType::Float64, {B, Hkv, dk, dv});
   tensor_bytes_checked(DType::Float64, {B, T, Hq, dv});
-  std::vector<double> S = present[3] ? doubles(c.input(3)) : std::vector<double>(size_t(B * Hkv * dk * dv), 0.0);
+  std::vector<double> S = present[3] ? c.input(3).to_double_vector() : std::vector<double>(size_t(B * Hkv * dk * dv), 0.0);
   std::vector<double> out(size_t(B * T * Hq * dv), 0.0);
   std::vector<double> vt(static_cast<size_t>(dv));
   const int64_t gw = present[4] ? shapes[4][2] : 0, bw = present[5] ? shapes[5][2] : 0;
@@ -144,7 +136,7 @@ std::vector<Tensor> linear_attention_kernel(const KernelContext& c) {
 
 InferResult infer_linear_attention(const InferContext& c) {
   const TensorType& q = c.input(0);
-  if (!is_float_type(q.dtype)) c.error(std::string("query must be a float tensor, got ") + dtype_name(q.dtype));
+  if (!dtype_is_float(q.dtype)) c.error(std::string("query must be a float tensor, got ") + dtype_name(q.dtype));
   InferResult r;
   const int64_t Hq = c.node.attrs.get_int("q_num_heads", 0), Hkv = c.node.attrs.get_int("kv_num_heads", 0);
   bool all = true;
@@ -189,9 +181,9 @@ std::vector<Tensor> causal_conv_kernel(const KernelContext& c) {
   if (c.has_input(3) && c.input(3).shape() != Shape{B, C, P})
     c.error("past_state must be " + shape_str(Shape{B, C, P}) + ", got " + shape_str(c.input(3).shape()));
   tensor_bytes_checked(DType::Float64, {B, C, P});  // the state: B x C x (k - 1), more than the inputs hold
-  const std::vector<double> xv = doubles(x), wv = doubles(w);
-  const std::vector<double> bias = c.has_input(2) ? doubles(c.input(2)) : std::vector<double>(size_t(C), 0.0);
-  const std::vector<double> past = c.has_input(3) ? doubles(c.input(3)) : std::vector<double>(size_t(B * C * P), 0.0);
+  const std::vector<double> xv = x.to_double_vector(), wv = w.to_double_vector();
+  const std::vector<double> bias = c.has_input(2) ? c.input(2).to_double_vector() : std::vector<double>(size_t(C), 0.0);
+  const std::vector<double> past = c.has_input(3) ? c.input(3).to_double_vector() : std::vector<double>(size_t(B * C * P), 0.0);
   std::vector<double> y(size_t(B * C * L)), state(size_t(B * C * P)), padded(size_t(P + L));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t ch = 0; ch < C; ++ch) {
@@ -211,7 +203,7 @@ std::vector<Tensor> causal_conv_kernel(const KernelContext& c) {
 InferResult infer_causal_conv(const InferContext& c) {
   const TensorType& x = c.input(0);
   const TensorType& w = c.input(1);
-  if (!is_float_type(x.dtype)) c.error(std::string("input must be a float tensor, got ") + dtype_name(x.dtype));
+  if (!dtype_is_float(x.dtype)) c.error(std::string("input must be a float tensor, got ") + dtype_name(x.dtype));
   if (x.has_shape && x.rank() != 3) c.error("input must be [B, C, L], got rank " + std::to_string(x.rank()));
   if (w.has_shape && w.rank() != 3) c.error("weight must be [C, 1, k], got rank " + std::to_string(w.rank()));
   InferResult r;

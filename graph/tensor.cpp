@@ -200,6 +200,12 @@ std::vector<int64_t> Tensor::to_int_vector() const {
   return r;
 }
 
+std::vector<double> Tensor::to_double_vector() const {
+  std::vector<double> r(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) r[size_t(i)] = as_double(i);
+  return r;
+}
+
 std::vector<float> Tensor::to_float_vector() const {
   std::vector<float> r(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) r[size_t(i)] = float(as_double(i));

@@ -86,6 +86,7 @@ class Tensor {
   // All elements as int64 (shape-like tensors).
   std::vector<int64_t> to_int_vector() const;
   std::vector<float> to_float_vector() const;
+  std::vector<double> to_double_vector() const;  // every element as_double
   // Converts to another dtype (numeric conversions with C semantics; float->bool is x != 0).
   // The low-precision types convert as ONNX's Cast does (graph/low_precision.h): `lp` says how
   // floats saturate and round into float8.

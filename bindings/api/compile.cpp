@@ -104,13 +104,13 @@ void register_builtin_backends() {
 }  // namespace
 
 nlohmann::json device_stage_report(const Graph& g, const FusionPlan& plan, const std::string& cuda_arch, const std::string& precision) {
-  if (precision != "fp32" && precision != "fp16") fail(ErrorKind::Invalid, "precision '" + precision + "': expected fp32 or fp16");
+  const bool tensor_cores = device::tensor_cores_for_precision(precision);
   try {
     LowerOptions lo;
     lo.layout_block = 0;
     const KernelModule km = lower_module(g, plan, lo);
     device::DeviceProgramOptions po;
-    po.tensor_cores = precision == "fp16";
+    po.tensor_cores = tensor_cores;
     const device::DeviceProgram p = device::print_device_program(km, po);
     int tensor_core_kernels = 0;
     for (auto& k : p.kernels) tensor_core_kernels += k.tensor_cores;
@@ -167,8 +167,7 @@ void register_backend(Backend b) {
 }
 
 std::unique_ptr<Executable> compile(const Model& m, const FusionPlan* plan, const CompileOptions& o) {
-  if (o.precision != "fp32" && o.precision != "fp16") fail(ErrorKind::Invalid, "precision '" + o.precision + "': expected fp32 or fp16");
-  if (o.precision != "fp32" && o.target != "volta-cuda" && o.target != "mali-opencl")
+  if (device::tensor_cores_for_precision(o.precision) && o.target != "volta-cuda" && o.target != "mali-opencl")
     fail(ErrorKind::Invalid, "precision " + o.precision + " applies to GPU targets (volta-cuda: tensor cores); target " + o.target + " runs fp32");
   if (o.target == "reference") return std::make_unique<ReferenceExecutable>(m, plan);
   target_by_name(o.target);  // unknown names fail with the list of targets

@@ -38,9 +38,8 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
                                                 const std::string& target, const std::string& precision_option) {
   std::string precision = precision_option;
   if (const char* e = std::getenv("NNFUSE_DEVICE_PRECISION"); e && *e) precision = e;
-  if (precision != "fp32" && precision != "fp16")
-    fail(ErrorKind::Invalid, "device precision '" + precision + "': expected fp32 or fp16 (NNFUSE_DEVICE_PRECISION, --precision)");
-  if (precision == "fp16" && !api->tensor_cores())
+  const bool tensor_cores = tensor_cores_for_precision(precision);
+  if (tensor_cores && !api->tensor_cores())
     fail(ErrorKind::Unsupported, "precision fp16 runs GEMM and conv tiles on tensor cores, which the " + api->backend() + " device (" +
                                      api->device_info().value("name", std::string("?")) +
                                      ") does not have: volta-cuda on a GPU of sm_70 or later has them; use precision fp32");
@@ -59,7 +58,7 @@ std::unique_ptr<DeviceModel> DeviceModel::build(const Graph& g, const FusionPlan
   po.register_block = int(env_setting("NNFUSE_DEVICE_REGISTER_BLOCK", po.register_block, {0, 1, 2, 4},
                                       "1, 2 or 4 outputs per work-item along each axis (0: by shape)"));
   po.k_tile = int(env_setting("NNFUSE_DEVICE_K_TILE", po.k_tile, {8, 16, 32}, "8, 16 or 32"));
-  po.tensor_cores = precision == "fp16";
+  po.tensor_cores = tensor_cores;
   po.tensor_core_min_groups = env_setting("NNFUSE_DEVICE_TENSOR_CORE_GROUPS", po.tensor_core_min_groups, {},
                                           "a number of work-groups (0: every tiled product on tensor cores)");
   m->prog_ = print_device_program(m->mod_, po);

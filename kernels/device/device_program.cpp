@@ -689,6 +689,12 @@ std::vector<int> stage_written_buffers(const KernelModule& m, const Stage& st) {
   return w;
 }
 
+bool tensor_cores_for_precision(const std::string& precision) {
+  if (precision != "fp32" && precision != "fp16")
+    fail(ErrorKind::Invalid, "precision '" + precision + "': expected fp32 or fp16 (--precision, precision=, NNFUSE_DEVICE_PRECISION)");
+  return precision == "fp16";
+}
+
 DeviceProgram print_device_program(const KernelModule& m, const DeviceProgramOptions& opt) {
   if (opt.register_block != 0 && opt.register_block != 1 && opt.register_block != 2 && opt.register_block != 4)
     fail(ErrorKind::Invalid, "device kernels: register_block " + std::to_string(opt.register_block) + " (expected 0, 1, 2 or 4)");

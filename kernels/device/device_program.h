@@ -87,6 +87,10 @@ struct DeviceProgramOptions {
   int64_t tensor_core_min_groups = 64;
 };
 
+// Whether a precision setting ("fp32" or "fp16", from --precision, CompileOptions::precision or
+// NNFUSE_DEVICE_PRECISION) asks for tensor cores; anything else is an Invalid error naming it.
+bool tensor_cores_for_precision(const std::string& precision);
+
 // Prints every stage of `m` (lowered with layout_block 0). Throws Unsupported naming the stage and
 // its ops when a stage has neither a device form nor a host path.
 DeviceProgram print_device_program(const KernelModule& m, const DeviceProgramOptions& opt = {});
