@@ -39,6 +39,14 @@ bool host_has_avx512() {
   return false;
 #endif
 }
+bool host_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
 bool host_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
@@ -74,6 +82,7 @@ TargetDesc target_by_name(const std::string& name) {
                                                                                        : "x86-avx2");
 #endif
     t.name = "host:" + t.name;
+    t.int8_dot = host_has_avx512_vnni();
     return t;
   }
   if (name == "mali-opencl") {

@@ -62,6 +62,7 @@ void check_artifact_plan(const json& plan, const std::string& path) {
       if (!it.value().is_number_integer()) c.bad("conv_algorithm_measured." + it.key(), "must be an integer");
   }
   if (plan.contains("conv_timings") && !plan["conv_timings"].is_object()) c.bad("conv_timings", "must be an object");
+  if (plan.contains("int8_dot") && !plan["int8_dot"].is_boolean()) c.bad("int8_dot", "must be true or false");
   c.strings(plan, "stages", "stages");
   if (plan.contains("bodies")) {
     const json& br = plan["bodies"];

@@ -74,6 +74,12 @@ std::unique_ptr<CpuModel> CpuModel::build(const Graph& g, const FusionPlan* plan
   if (lo.layout_block < 0) lo.layout_block = layout_block_for(o.target);
   // $NNFUSE_CONV_ALGO=auto|direct|winograd|winograd2 overrides the cost model's choice (comparisons).
   if (const char* e = std::getenv("NNFUSE_CONV_ALGO"); e && *e && lo.conv_algorithm == "auto") lo.conv_algorithm = e;
+  // Int8 convolutions for quantized models where the host has VNNI; $NNFUSE_INT8=0 keeps them in
+  // float (comparisons). Cross targets name an ISA without it.
+  if (o.target == "host") {
+    const char* e = std::getenv("NNFUSE_INT8");
+    lo.int8_dot = o.int8 && target_by_name("host").int8_dot && !(e && std::string(e) == "0");
+  }
   m->mod_ = lower_module(g, m->plan_, lo);
   double lower_ms = ms_since(t0);
   int jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -494,6 +500,7 @@ void CpuModel::save(const std::string& dir) const {
   plan["units"] = units_;
   plan["layout_block"] = mod_.layout_block;
   plan["conv_algorithm"] = mod_.conv_algorithm;
+  if (mod_.int8_dot) plan["int8_dot"] = true;
   // Measured choices (kernels/conv_probe.h) differ from what the mode alone gives: load() applies
   // them again so that it regenerates the same code.
   if (!mod_.conv_timings.empty()) {
@@ -619,6 +626,11 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   lo.layout_block = plan.value("layout_block", 0);
   // Artifacts written before the algorithm choice existed ran every conv directly.
   lo.conv_algorithm = plan.value("conv_algorithm", std::string("direct"));
+  // Lowered for a CPU with VNNI: the int8 convolutions' code needs it (and the lowering must
+  // choose them again to reproduce the stages).
+  lo.int8_dot = plan.value("int8_dot", false);
+  if (lo.int8_dot && !target_by_name("host").int8_dot)
+    fail(ErrorKind::Unsupported, "artifact '" + dir + "' holds int8 convolution kernels for AVX-512 VNNI, which this CPU lacks (compile the model on this machine)");
   m->mod_ = lower_module(g, fp, lo);
   if (auto it = plan.find("conv_algorithm_measured"); it != plan.end() && it->is_object()) {
     for (auto& st : m->mod_.stages)

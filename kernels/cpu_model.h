@@ -35,6 +35,9 @@ struct CpuCompileOptions {
   // Compile the bodies of If, Loop and Scan nodes as models of their own (kernels/cpu_bodies.cpp);
   // false, or $NNFUSE_COMPILED_BODIES=0: the reference interpreter runs them.
   bool compile_bodies = true;
+  // Int8 kernels for the convolutions of quantized models where the target has them (a host with
+  // AVX-512 VNNI: lowering/conv_algorithm.cpp); false, or $NNFUSE_INT8=0: the float kernels.
+  bool int8 = true;
 };
 
 bool is_cpu_target(const std::string& target);

@@ -404,7 +404,28 @@ struct StageEmitter {
            << arg << ".stride_w = " << ip("SW") << "; " << arg << ".pad_top = " << ip("PH") << "; " << arg << ".pad_left = " << ip("PW")
            << "; " << arg << ".dil_h = " << ip("DH") << "; " << arg << ".dil_w = " << ip("DW") << ";\n";
     };
-    if (st.anchor_op == "Conv") {
+    if (st.anchor_op == "Conv" && ip("ALGO") == kConvInt8) {
+      // A quantized model's conv on VNNI (kernels/microkernels/conv_int8.h; conv_algorithm.cpp
+      // chose it only for a target that has VNNI, and the kernel exists only where it is compiled).
+      const std::string xscale = flt(st.fparams.at("XSCALE")), xoffset = "int32_t(" + std::to_string(ip("XOFFSET")) + ")";
+      const std::string mult = "wmult_" + st.name;
+      pre << "static const int32_t " << mult << "[] = {";
+      for (size_t k = 0; k < st.vparams.at("WMULT").size(); ++k) pre << (k ? "," : "") << st.vparams.at("WMULT")[k];
+      pre << "};\n";
+      pre << emit_prepare_release(st, "nnfuse::mk::PackedConvInt8",
+                                  "static_cast<const float*>(B[" + std::to_string(st.anchor_inputs[1]) + "]), " + std::to_string(ip("CO")) + ", " +
+                                      std::to_string(ip("C")) + ", " + std::to_string(ip("KH")) + ", " + std::to_string(ip("KW")) + ", " + xscale +
+                                      ", " + xoffset + ", " + mult);
+      body << "#if !defined(__AVX512VNNI__)\n#error \"stage lowered for the int8 conv kernel needs AVX-512 VNNI\"\n#endif\n";
+      body << "  nnfuse::mk::ConvInt8Args a;\n";
+      geometry("a");
+      body << "  a.K = " << ip("CO") << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false") << "; a.x_scale = " << xscale
+           << "; a.x_offset = " << xoffset << ";\n";
+      body << "  a.x = " << x << "; a.y = " << y << ";\n";
+      body << "  a.threads = " << (serial_anchor() ? "1" : "ctx ? ctx->threads : 1") << ";\n";
+      body << "  const auto& packed = *static_cast<const nnfuse::mk::PackedConvInt8*>(B[" << st.prepared << "]);\n";
+      body << "  if (!nnfuse::mk::conv2d_int8_nchwc<nf::A, " << (ip("CO") + 15) / 16 << ">(a, packed, ep, par)) nf::shape_class_error(ctx);\n";
+    } else if (st.anchor_op == "Conv") {
       const int64_t G = ip("G"), K = ip("CO"), Cg = ip("C") / G;
       // Blocked convs are dense, depthwise, or grouped by windows (conv_nchwc.h, conv_nchwc_windows).
       const bool depthwise = conv_stage_depthwise(st);

@@ -15,6 +15,7 @@
 #include "microkernels/conv.h"
 #include "microkernels/conv_nchwc.h"
 #include "microkernels/conv_winograd.h"
+#include "microkernels/conv_int8.h"
 #include "microkernels/gemm.h"
 #include "microkernels/math.h"
 

@@ -240,8 +240,10 @@ std::string compiler_for(const ToolchainOptions& o) {
 std::vector<std::string> target_flags(const std::string& target) {
   std::string t = target;
   if (t == "host") {
-    t = target_by_name("host").name;  // "host:x86-avx512"
+    const TargetDesc host = target_by_name("host");
+    t = host.name;  // "host:x86-avx512"
     if (t.rfind("host:", 0) == 0) t = t.substr(5);
+    if (t == "x86-avx512" && host.int8_dot) return {"-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512vnni"};
   }
   if (t == "x86-avx2") return {"-mavx2", "-mfma"};
   if (t == "x86-avx512") return {"-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"};

@@ -182,6 +182,7 @@ struct KernelModule {
   int layout_block = 0;            // the block size layouts were chosen with (0: NCHW forced)
   int reorder_stores = 0;          // layout changes folded into stage loads/stores
   std::string conv_algorithm = "auto";  // the mode conv algorithms were chosen with
+  bool int8_dot = false;                 // lowered with LowerOptions::int8_dot (an artifact records it)
   // Per fused block ("b12"), when the choice was measured (kernels/conv_probe.h): microseconds
   // per algorithm on this machine and where they came from ("measured" or "cache").
   nlohmann::json conv_timings = nlohmann::json::object();
@@ -200,6 +201,10 @@ struct LowerOptions {
   // "direct", "winograd" or "winograd2" (F(4x4) / F(2x2) for every applicable conv). CpuModel
   // reads $NNFUSE_CONV_ALGO.
   std::string conv_algorithm = "auto";
+  // The target multiplies unsigned by signed bytes into int32 (AVX-512 VNNI): dense blocked convs
+  // of a quantized model run on int8 kernels (conv_algorithm.cpp, kernels/microkernels/conv_int8.h).
+  // CpuModel sets it for a host with VNNI ($NNFUSE_INT8=0 turns it off).
+  bool int8_dot = false;
 };
 
 // Lowers an optimized graph (static shapes) and its fusion plan. Every block becomes stages;
@@ -224,10 +229,18 @@ nlohmann::json layout_summary(const KernelModule& mod);
 
 // Convolution algorithm per Conv stage (conv_algorithm.cpp), in Stage::iparams["ALGO"]; runs
 // after assign_layouts. mode: "auto" (cost model), "direct", "winograd" (F(4x4,3x3) for every
-// applicable conv), "winograd2" (F(2x2,3x3) for every applicable conv).
-constexpr int64_t kConvDirect = 0, kConvWinogradF4x4 = 1, kConvWinogradF2x2 = 2;
-void choose_conv_algorithms(KernelModule& mod, const std::string& mode);
-// "direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3", "depthwise_nchwc", "grouped_nchwc", "im2col_gemm",
+// applicable conv), "winograd2" (F(2x2,3x3) for every applicable conv). int8_dot: the convs of a
+// quantized model that conv_int8_applicable admits run on the int8 kernel (kConvInt8), whatever
+// the mode; iparams["XOFFSET"] and fparams["XSCALE"] then hold the input's quantization and
+// vparams["WMULT"] the weights' (conv_int8_applicable).
+constexpr int64_t kConvDirect = 0, kConvWinogradF4x4 = 1, kConvWinogradF2x2 = 2, kConvInt8 = 3;
+void choose_conv_algorithms(KernelModule& mod, const std::string& mode, bool int8_dot = false);
+// Whether a Conv stage can run on the int8 kernel: dense, NCHW16c, its input the float form of a
+// QuantizeLinear -> DequantizeLinear pair of an 8-bit type (rewrite/passes_qdq_to_float.cpp) and
+// its weights int8 (channel k: integers in [-127, 127] times max|w_k| / multipliers[k]). Fills
+// scale (s_x), offset (B) and multipliers as conv_int8.h defines them.
+bool conv_int8_applicable(const KernelModule& mod, const Stage& st, double& scale, int64_t& offset, std::vector<int64_t>& multipliers);
+// "direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3", "int8_vnni_nchwc", "depthwise_nchwc", "grouped_nchwc", "im2col_gemm",
 // "depthwise"; "" for a stage that is not a Conv anchor.
 std::string conv_algorithm_name(const Stage& st);
 // A Conv stage with one channel per group (group == C == K): the lane-wise depthwise kernel when

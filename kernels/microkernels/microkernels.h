@@ -113,6 +113,11 @@
 //   padding, blocked or plain input; weights transformed by PackedConvWinograd::pack to
 //   [36][Kb][C][L]; same ep space as conv2d_nchwc; within ~1e-5 of the direct result relative to
 //   the output's magnitude.
+// conv2d_int8_nchwc<Arch>(ConvInt8Args, PackedConvInt8, ep, par)  (conv_int8.h; AVX-512 VNNI builds only)
+//   dense conv of a quantized model: input values (q - z) * s_x for 8-bit integers q, weights
+//   per output channel integers times max|w_k| / m_k; the input requantized to a bordered uint8
+//   copy, vpdpbusd products summed exactly in int32, scaled back to float for ep (same ep space as
+//   conv2d_nchwc); PackedConvInt8::pack(w, K, C, KH, KW, s_x, B, m) makes the int8 weights.
 // pool2d_nchwc<Arch>(PoolNchwcArgs, ep, par)  max/average, lane-wise (pool2d semantics).
 // nchw_to_nchwc / nchwc_to_nchw: plain conversions (reference for tests).
 // ============================== 7. Attention (attention.h) ==============================
@@ -129,6 +134,7 @@
 #include "conv.h"
 #include "conv_nchwc.h"
 #include "conv_winograd.h"
+#include "conv_int8.h"
 #include "pool.h"
 #include "reduce.h"
 #include "attention.h"
