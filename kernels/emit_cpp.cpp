@@ -392,6 +392,36 @@ struct StageEmitter {
     return compute_bound && st.flops > 0 && st.flops < kSerialAnchorFlops;
   }
 
+  // Int8 stages (lowering/int8_kernels.cpp): the weights' grid multipliers as a table for the
+  // prepare entry point, and a guard that the unit is compiled with VNNI.
+  static constexpr const char* kNeedsVnni =
+      "#if !defined(__AVX512VNNI__)\n#error \"stage lowered for the int8 kernels needs AVX-512 VNNI\"\n#endif\n";
+  std::string int8_weight_table() {
+    const std::string name = "wmult_" + st.name;
+    pre << "static const int32_t " << name << "[] = {";
+    for (size_t k = 0; k < st.vparams.at("WMULT").size(); ++k) pre << (k ? "," : "") << st.vparams.at("WMULT")[k];
+    pre << "};\n";
+    return name;
+  }
+
+  // A quantized MatMul / Gemm on VNNI (kernels/microkernels/gemm_int8.h): every batch element's
+  // rows as one matrix; Gemm's alpha folded into the per-column scale.
+  void gemm_int8_anchor(const std::string& a, const std::string& y) {
+    const int64_t M = ip("M") * ip("batch"), N = ip("N"), K = ip("K");
+    const double alpha = st.fparams.count("alpha") ? st.fparams.at("alpha") : 1.0;
+    const std::string xoffset = "int32_t(" + std::to_string(ip("XOFFSET")) + ")";
+    const std::string mult = int8_weight_table();
+    pre << emit_prepare_release(st, "nnfuse::mk::PackedGemmInt8",
+                                "static_cast<const float*>(B[" + std::to_string(st.anchor_inputs[1]) + "]), " + std::to_string(K) + ", " +
+                                    std::to_string(N) + ", " + std::to_string(ip("transB") ? 1 : N) + ", " + std::to_string(ip("transB") ? K : 1) +
+                                    ", " + flt(st.fparams.at("XSCALE") * alpha) + ", " + xoffset + ", " + mult);
+    body << kNeedsVnni;
+    body << "  nnfuse::mk::GemmInt8Args q;\n  q.M = " << M << "; q.N = " << N << "; q.K = " << K << "; q.A = " << a << "; q.C = " << y
+         << ";\n  q.x_scale = " << flt(st.fparams.at("XSCALE")) << "; q.x_offset = " << xoffset << "; q.threads = ctx ? ctx->threads : 1;\n";
+    body << "  const auto& pb = *static_cast<const nnfuse::mk::PackedGemmInt8*>(B[" << st.prepared << "]);\n";
+    body << "  if (!nnfuse::mk::gemm_int8<nf::A, " << (N + 15) / 16 << ">(q, pb, ep, par)) nf::shape_class_error(ctx);\n";
+  }
+
   // Conv / pooling in NCHW<BLK>c (kernels/microkernels/conv_nchwc.h). The block must be the
   // compiled vector width: a mismatch (lowered for one target, compiled for another) fails to build.
   void blocked_anchor(const std::string& x, const std::string& y) {
@@ -408,15 +438,12 @@ struct StageEmitter {
       // A quantized model's conv on VNNI (kernels/microkernels/conv_int8.h; conv_algorithm.cpp
       // chose it only for a target that has VNNI, and the kernel exists only where it is compiled).
       const std::string xscale = flt(st.fparams.at("XSCALE")), xoffset = "int32_t(" + std::to_string(ip("XOFFSET")) + ")";
-      const std::string mult = "wmult_" + st.name;
-      pre << "static const int32_t " << mult << "[] = {";
-      for (size_t k = 0; k < st.vparams.at("WMULT").size(); ++k) pre << (k ? "," : "") << st.vparams.at("WMULT")[k];
-      pre << "};\n";
+      const std::string mult = int8_weight_table();
       pre << emit_prepare_release(st, "nnfuse::mk::PackedConvInt8",
                                   "static_cast<const float*>(B[" + std::to_string(st.anchor_inputs[1]) + "]), " + std::to_string(ip("CO")) + ", " +
                                       std::to_string(ip("C")) + ", " + std::to_string(ip("KH")) + ", " + std::to_string(ip("KW")) + ", " + xscale +
                                       ", " + xoffset + ", " + mult);
-      body << "#if !defined(__AVX512VNNI__)\n#error \"stage lowered for the int8 conv kernel needs AVX-512 VNNI\"\n#endif\n";
+      body << kNeedsVnni;
       body << "  nnfuse::mk::ConvInt8Args a;\n";
       geometry("a");
       body << "  a.K = " << ip("CO") << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false") << "; a.x_scale = " << xscale
@@ -548,6 +575,8 @@ struct StageEmitter {
     const std::string& op = st.anchor_op;
     if (st.layout_block > 0) {
       blocked_anchor(in(0), y);
+    } else if ((op == "MatMul" || op == "Gemm") && st.iparams.count("INT8")) {
+      gemm_int8_anchor(in(0), y);
     } else if (op == "MatMul" || op == "Gemm") {
       int64_t M = ip("M"), N = ip("N"), K = ip("K"), batch = ip("batch");
       const auto& ao = st.vparams.at("a_off");

@@ -16,6 +16,7 @@
 #include "microkernels/conv_nchwc.h"
 #include "microkernels/conv_winograd.h"
 #include "microkernels/conv_int8.h"
+#include "microkernels/gemm_int8.h"
 #include "microkernels/gemm.h"
 #include "microkernels/math.h"
 

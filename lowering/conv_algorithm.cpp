@@ -17,11 +17,9 @@
 // direct kernel.
 //
 // The int8 kernel (kernels/microkernels/conv_int8.h) is not a choice by cost: where the target has
-// VNNI and the conv's input and weights hold 8-bit integers (conv_int8_applicable), it does 4x the
+// VNNI and the conv's input and weights hold 8-bit integers (int8_kernels.cpp), it does 4x the
 // multiply-adds per instruction of the float kernels on the same data, exactly.
-#include <cmath>
 #include <cstdlib>
-#include <optional>
 
 #include "graph/error.h"
 #include "lowering/kernel_ir.h"
@@ -57,98 +55,7 @@ int64_t cost_model_choice(const Stage& st) {
   return kConvDirect;
 }
 
-// A one-element constant as a double.
-std::optional<double> scalar(const Graph& g, const std::string& v) {
-  const Tensor* t = v.empty() ? nullptr : g.constant_value(v);
-  if (!t || t->numel() != 1) return std::nullopt;
-  return t->as_double(0);
-}
-bool integral(double v) { return std::isfinite(v) && v == std::nearbyint(v); }
-
-// The node producing v if it is `op` with one constant scalar operand: the other operand's name
-// and the constant. Commutative ops take the constant on either side.
-std::optional<NodeId> unary_with_constant(const Graph& g, const std::string& v, const char* op, std::string& other, double& c,
-                                          bool commutative) {
-  const auto p = g.producer(v);
-  if (!p) return std::nullopt;
-  const Node& n = g.node(*p);
-  if (n.op_type != op || !n.domain.empty() || n.inputs.size() != 2) return std::nullopt;
-  for (int i = 0; i < (commutative ? 2 : 1); ++i)
-    if (auto k = scalar(g, n.inputs[size_t(1 - i)]); k && !g.constant_value(n.inputs[size_t(i)])) {
-      other = n.inputs[size_t(i)], c = *k;
-      return p;
-    }
-  return std::nullopt;
-}
-
-// Whether v's values are (q - zp) * scale for integers q in [lo, hi]: the chain qdq-to-float writes,
-// Mul(Sub?(Min(Max(Add?(Round(..), zq), lo), hi), zp), scale), the clamp also as Max(Min) or Clip.
-bool fake_quantized(const Graph& g, const std::string& v, double& scale, double& zp, double& lo, double& hi) {
-  std::string a;
-  if (!unary_with_constant(g, v, "Mul", a, scale, true) || !(std::isfinite(scale) && scale > 0)) return false;
-  std::string b = a;
-  zp = 0;
-  if (!unary_with_constant(g, a, "Sub", b, zp, false)) b = a;
-  std::string r, m;
-  if (unary_with_constant(g, b, "Min", m, hi, true) && unary_with_constant(g, m, "Max", r, lo, true)) {
-  } else if (unary_with_constant(g, b, "Max", m, lo, true) && unary_with_constant(g, m, "Min", r, hi, true)) {
-  } else if (const auto c = g.producer(b); c && g.node(*c).op_type == "Clip" && g.node(*c).inputs.size() == 3) {
-    const Node& n = g.node(*c);
-    const auto l = scalar(g, n.inputs[1]), h = scalar(g, n.inputs[2]);
-    if (!l || !h) return false;
-    r = n.inputs[0], lo = *l, hi = *h;
-  } else {
-    return false;
-  }
-  std::string rr;
-  double zq = 0;
-  if (unary_with_constant(g, r, "Add", rr, zq, true)) r = rr;
-  const auto rp = g.producer(r);
-  if (!rp || g.node(*rp).op_type != "Round") return false;
-  return integral(zp) && integral(zq) && integral(lo) && integral(hi) && lo < hi;
-}
-
 }  // namespace
-
-bool conv_int8_applicable(const KernelModule& mod, const Stage& st, double& scale, int64_t& offset, std::vector<int64_t>& multipliers) {
-  if (st.kind != StageKind::Anchor || st.anchor_op != "Conv" || st.layout_block != 16 || ip(st, "G") != 1) return false;
-  if (st.anchor_inputs.size() < 2 || st.anchor_inputs[1] < 0 || st.anchor == kNoNode) return false;
-  const Graph& g = mod.graph;
-  double zp = 0, lo = 0, hi = 0;
-  if (!fake_quantized(g, g.node(st.anchor).inputs[0], scale, zp, lo, hi)) return false;
-  // u = q - lo = t + (zp - lo) must fit a byte: an 8-bit type's range.
-  if (hi - lo > 255) return false;
-  offset = int64_t(zp - lo);
-  // Weights: per output channel k, integers in [-127, 127] times max|w_k| / m_k for some m_k in
-  // [1, 127] (127 for a per-channel symmetric int8 weight; a per-tensor scale puts each channel's
-  // largest weight at some m_k <= 127; any m that makes every weight an integer is exact, the true
-  // one or a multiple). The search stops at a channel's first non-integer, so a float model's
-  // weights fail fast. PackedConvInt8::pack computes the integers with the same float arithmetic.
-  const KBuffer& wb = mod.buffers[size_t(st.anchor_inputs[1])];
-  const int64_t K = ip(st, "CO"), per_k = ip(st, "C") * ip(st, "KH") * ip(st, "KW");
-  if (wb.kind != BufferKind::Weight || wb.data.dtype() != DType::Float32 || wb.data.numel() != K * per_k || K <= 0) return false;
-  // int32 holds a sum of per_k products of at most 255 * 128.
-  if (per_k > (int64_t(1) << 31) / (255 * 128)) return false;
-  const float* w = wb.data.data<float>();
-  multipliers.assign(size_t(K), 0);
-  for (int64_t k = 0; k < K; ++k) {
-    const float* wk = w + k * per_k;
-    float amax = 0.f;
-    for (int64_t i = 0; i < per_k; ++i) amax = std::max(amax, std::fabs(wk[i]));
-    if (!std::isfinite(amax)) return false;
-    for (int64_t m = 127; m >= 1 && !multipliers[size_t(k)]; --m) {
-      const float s = amax > 0.f ? amax / float(m) : 1.f;
-      bool on_grid = true;
-      for (int64_t i = 0; i < per_k && on_grid; ++i) {
-        const float r = wk[i] / s;
-        on_grid = std::fabs(r - std::nearbyint(r)) <= 1e-3f;
-      }
-      if (on_grid) multipliers[size_t(k)] = m;
-    }
-    if (!multipliers[size_t(k)]) return false;
-  }
-  return true;
-}
 
 std::vector<int64_t> conv_algorithm_candidates(const Stage& st) {
   if (ip(st, "ALGO") == kConvInt8 || !winograd_applicable(st)) return {};

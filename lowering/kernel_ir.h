@@ -235,11 +235,17 @@ nlohmann::json layout_summary(const KernelModule& mod);
 // vparams["WMULT"] the weights' (conv_int8_applicable).
 constexpr int64_t kConvDirect = 0, kConvWinogradF4x4 = 1, kConvWinogradF2x2 = 2, kConvInt8 = 3;
 void choose_conv_algorithms(KernelModule& mod, const std::string& mode, bool int8_dot = false);
-// Whether a Conv stage can run on the int8 kernel: dense, NCHW16c, its input the float form of a
+// Int8 kernels (int8_kernels.cpp). Whether a Conv stage can run on the int8 kernel: dense, NCHW16c, its input the float form of a
 // QuantizeLinear -> DequantizeLinear pair of an 8-bit type (rewrite/passes_qdq_to_float.cpp) and
 // its weights int8 (channel k: integers in [-127, 127] times max|w_k| / multipliers[k]). Fills
 // scale (s_x), offset (B) and multipliers as conv_int8.h defines them.
 bool conv_int8_applicable(const KernelModule& mod, const Stage& st, double& scale, int64_t& offset, std::vector<int64_t>& multipliers);
+// The same for a MatMul / Gemm stage (gemm_int8.h): B a packed weight on an int8 grid per column,
+// A quantized, not transposed, its batch elements contiguous.
+bool gemm_int8_applicable(const KernelModule& mod, const Stage& st, double& scale, int64_t& offset, std::vector<int64_t>& multipliers);
+// Marks the MatMul / Gemm stages gemm_int8_applicable admits (iparams["INT8"] = 1, with XSCALE,
+// XOFFSET and WMULT as for convs); lower_module calls it under LowerOptions::int8_dot.
+void choose_int8_gemms(KernelModule& mod);
 // "direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3", "int8_vnni_nchwc", "depthwise_nchwc", "grouped_nchwc", "im2col_gemm",
 // "depthwise"; "" for a stage that is not a Conv anchor.
 std::string conv_algorithm_name(const Stage& st);

@@ -1361,6 +1361,7 @@ struct Lowerer {
     for (auto& out : g.outputs()) mod.graph_outputs.push_back({out, buffer_for(out)});
     if (opt.layout_block > 0) assign_layouts(mod, opt.layout_block);
     choose_conv_algorithms(mod, opt.conv_algorithm, opt.int8_dot);
+    if (opt.int8_dot) choose_int8_gemms(mod);
     mark_prepare_only_inputs();
     plan_memory();
   }

@@ -114,8 +114,8 @@ class ScratchBuffer {
 // buffer per slot, so a model with many GEMM/conv blocks keeps one set of packing buffers per
 // thread instead of one per instantiation. A kernel uses its slots only while it runs and never
 // calls another kernel meanwhile, so slots are not shared by two live users.
-// ConvPadded and ConvInt8 are the calling thread's: the workers of its parallel loop read them while it waits.
-enum class ScratchSlot { GemmA = 0, GemmB = 1, Rows = 2, WinogradV = 3, WinogradM = 4, DepthwiseRows = 5, ConvPadded = 6, Attention = 7, ConvInt8 = 8, Count = 9 };
+// ConvPadded and Int8Copy are the calling thread's: the workers of its parallel loop read them while it waits.
+enum class ScratchSlot { GemmA = 0, GemmB = 1, Rows = 2, WinogradV = 3, WinogradM = 4, DepthwiseRows = 5, ConvPadded = 6, Attention = 7, Int8Copy = 8, Count = 9 };
 inline float* thread_scratch(ScratchSlot slot, int64_t nfloats) {
   thread_local ScratchBuffer buffers[int(ScratchSlot::Count)];
   return buffers[int(slot)].get(nfloats);

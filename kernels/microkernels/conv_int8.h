@@ -20,28 +20,13 @@
 // vector holds four input channels of 16 output channels. sum(u * w_q) - B * sum(w_q) = sum(t * w_q)
 // (PackedConvInt8::comp). Channels past C read whatever the copy holds there times a zero weight.
 // Same (row, col) epilogue space as conv2d_nchwc.
-#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "conv_nchwc.h"
-#if defined(__AVX512VNNI__)
-#include <immintrin.h>
-#endif
+#include "int8_common.h"
 
 namespace nnfuse::mk {
-
-// The weight scale of one output channel's n weights, max|w| / m, and a weight's integer: the
-// packer's rule, which the lowering's test restates with the m it found (a conv takes this path
-// only if every weight is on the grid).
-inline float conv_int8_weight_scale(const float* w, int64_t n, int64_t m) {
-  float amax = 0.f;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(w[i]));
-  return amax > 0.f ? amax / float(m) : 1.f;
-}
-inline int32_t conv_int8_weight_value(float w, float scale) {
-  return int32_t(std::min(127.f, std::max(-128.f, std::nearbyint(w / scale))));
-}
 
 struct ConvInt8Args {
   int64_t N = 1, C = 0, H = 0, W = 0, K = 0, OH = 0, OW = 0, KH = 1, KW = 1;
@@ -67,12 +52,12 @@ struct PackedConvInt8 {
     scale.assign(size_t(Kb * L), 0.f);
     for (int64_t k = 0; k < K; ++k) {
       const float* wk = src + k * per_k;
-      const float s = conv_int8_weight_scale(wk, per_k, mult[k]);
+      const float s = int8_weight_scale(wk, per_k, 1, mult[k]);
       scale[size_t(k)] = x_scale * s;
       int32_t sum = 0;
       for (int64_t c = 0; c < C; ++c)
         for (int64_t t = 0; t < taps; ++t) {
-          const int32_t q = conv_int8_weight_value(wk[c * taps + t], s);
+          const int32_t q = int8_weight_value(wk[c * taps + t], s);
           sum += q;
           const int64_t i = ((((k / L * Cb + c / L) * taps + t) * 4 + (c % L) / 4) * L + k % L) * 4 + c % 4;
           w[size_t(i)] = int8_t(q);
@@ -96,7 +81,7 @@ struct Int8Plane {
 inline void conv_int8_requantize(const ConvInt8Args& a, const Int8Plane& pl, uint8_t* u, int64_t r0, int64_t r1) {
   const float inv = 1.f / a.x_scale;
   const __m512 vinv = _mm512_set1_ps(inv);
-  const __m512i voff = _mm512_set1_epi32(a.x_offset), v0 = _mm512_setzero_si512(), v255 = _mm512_set1_epi32(255);
+  const __m512i voff = _mm512_set1_epi32(a.x_offset);
   const uint8_t border = uint8_t(a.x_offset);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t hp = r % pl.Hp, cb = (r / pl.Hp) % pl.Cb, n = r / pl.Hp / pl.Cb, ih = hp - a.pad_top;
@@ -112,10 +97,7 @@ inline void conv_int8_requantize(const ConvInt8Args& a, const Int8Plane& pl, uin
       const int64_t w0 = std::max<int64_t>(0, a.pad_left), w1 = std::min(pl.Wp, a.W + a.pad_left);
       for (int64_t l = 0; l < 16 && cb * 16 + l < a.C; ++l) {
         const float* xr = a.x + ((n * a.C + cb * 16 + l) * a.H + ih) * a.W - a.pad_left;
-        for (int64_t wp = w0; wp < w1; ++wp) {
-          const float q = std::nearbyint(xr[wp] * inv) + float(a.x_offset);
-          ur[wp * 16 + l] = uint8_t(std::min(255.f, std::max(0.f, q == q ? q : 0.f)));
-        }
+        for (int64_t wp = w0; wp < w1; ++wp) ur[wp * 16 + l] = int8_requantize(xr[wp], inv, a.x_offset);
       }
       continue;
     }
@@ -125,10 +107,8 @@ inline void conv_int8_requantize(const ConvInt8Args& a, const Int8Plane& pl, uin
         std::memset(ur + wp * 16, border, 16);
         continue;
       }
-      const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(a.x + (((n * pl.Cb + cb) * a.H + ih) * a.W + iw) * 16), vinv);
-      __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), voff);  // rounds half to even, as Round
-      q = _mm512_min_epi32(_mm512_max_epi32(q, v0), v255);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(ur + wp * 16), _mm512_cvtepi32_epi8(q));
+      const __m512 v = _mm512_loadu_ps(a.x + (((n * pl.Cb + cb) * a.H + ih) * a.W + iw) * 16);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(ur + wp * 16), int8_requantize16(v, vinv, voff));
     }
   }
 }
@@ -210,7 +190,7 @@ bool conv2d_int8_nchwc(const ConvInt8Args& a, const PackedConvInt8& p, const Ep&
   if (a.N <= 0 || a.K <= 0 || a.OH <= 0 || a.OW <= 0) return true;
   const detail::Int8Plane pl(a);
   const int64_t rows = a.N * pl.Cb * pl.Hp, bytes = rows * pl.Wp * 16;
-  uint8_t* u = reinterpret_cast<uint8_t*>(thread_scratch(ScratchSlot::ConvInt8, (bytes + 3) / 4));
+  uint8_t* u = reinterpret_cast<uint8_t*>(thread_scratch(ScratchSlot::Int8Copy, (bytes + 3) / 4));
   par(rows, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK { detail::conv_int8_requantize(a, pl, u, lo, hi); });
   // Tasks: image x group of G output blocks x a band of pixels (about 8 tiles; bands split the
   // plane evenly, in whole tiles, so that the last one is not a stub), channel groups outermost.

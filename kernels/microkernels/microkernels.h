@@ -50,6 +50,11 @@
 //   M == 1 (with b_cs == 1 or b_rs == 1) takes an unpacked matrix-vector path.
 // PackedB (gemm.h): B packed once (constant weights) and reused across calls:
 //   PackedB<Arch> pb; pb.pack(K, N, B, b_rs, b_cs);  gemm_packed<Arch>(args_without_B, pb, ep, par, pro_a).
+// gemm_int8<Arch[, Nb]>(GemmInt8Args, PackedGemmInt8, ep, par)  (gemm_int8.h; AVX-512 VNNI builds
+//   only): C = ep(A B) for a quantized A (values (q - z) * s_x, requantized to a uint8 copy) and a
+//   B on an int8 grid per column (int8_common.h), packed by PackedGemmInt8::pack(B, K, N, b_rs,
+//   b_cs, s_x * alpha, offset, m) to [Nb][K/4][16][4]; vpdpbusd sums exact in int32, 6 rows x 64
+//   columns per register tile; same (row, col) ep space as gemm.
 //
 // ========================== 2. Convolution 2-D (conv.h) ==========================
 // struct Conv2dArgs { N, C, H, W; K (= output channels), OH, OW (computed by the caller);
@@ -135,6 +140,7 @@
 #include "conv_nchwc.h"
 #include "conv_winograd.h"
 #include "conv_int8.h"
+#include "gemm_int8.h"
 #include "pool.h"
 #include "reduce.h"
 #include "attention.h"

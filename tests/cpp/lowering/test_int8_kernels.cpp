@@ -1,7 +1,7 @@
-// Int8 convolutions of quantized models (lowering/conv_algorithm.cpp, conv_int8_applicable;
-// kernels/microkernels/conv_int8.h): which convs take them, and that the generated code computes
-// what the reference interpreter computes on the QDQ graph. Where the host lacks AVX-512 VNNI the
-// same graphs run on the float kernels and the counts say so.
+// Int8 kernels of quantized models (lowering/int8_kernels.cpp; kernels/microkernels/conv_int8.h,
+// gemm_int8.h): which convs and MatMul/Gemm take them, and that the generated code computes what
+// the reference interpreter computes on the QDQ graph. Where the host lacks AVX-512 VNNI the same
+// graphs run on the float kernels and the counts say so.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -31,6 +31,16 @@ std::string qdq(GraphBuilder& b, const std::string& x, float scale, const Tensor
   auto s = b.scalar("s", scale);
   auto z = b.constant("z", zero_point);
   return b.op("DequantizeLinear", {b.op("QuantizeLinear", {x, s, z}), s, z});
+}
+
+// Random int8 values in [-peak, peak] with one +-peak, as a tensor of `shape`.
+std::vector<int8_t> int8_values(size_t n, int peak, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(-peak, peak);
+  std::vector<int8_t> q(n);
+  for (auto& v : q) v = int8_t(d(rng));
+  q[n / 2] = int8_t(peak);
+  return q;
 }
 
 // An int8 weight [K, C, KH, KW] and its DequantizeLinear: per output channel (scale [K], axis 0)
@@ -86,14 +96,25 @@ Model quantized_model() {
   return b.finish();
 }
 
-// The QDQ pairs in float, the weights' DequantizeLinear folded: what the pipelines do to a
-// quantized model before lowering.
-void rewrite_quantized(Model& m) {
-  register_structural_passes();
-  PassContext ctx;
-  ctx.model = &m;
-  PassManager().run(parse_pipeline("pipeline int8\npass constant-folding\npass qdq-to-float\npass dce\npass infer-shapes\n"), ctx);
-}
+// A quantized model as the lowering sees it (the QDQ pairs in float, the weights'
+// DequantizeLinear folded: what the pipelines do first), its fusion plan, and the reference
+// interpreter's outputs on the original graph.
+struct QuantizedCase {
+  Model rewritten;
+  FusionPlan plan;
+  TensorMap feeds, want;
+  QuantizedCase(const Model& m, uint64_t seed) : rewritten(m) {
+    feeds = random_feeds(m.graph, seed);
+    want = run_reference(m.graph, feeds);
+    register_structural_passes();
+    PassContext ctx;
+    ctx.model = &rewritten;
+    PassManager().run(parse_pipeline("pipeline int8\npass constant-folding\npass qdq-to-float\npass dce\npass infer-shapes\n"), ctx);
+    PlanOptions po;
+    po.profile = false;
+    plan = plan_fusion(rewritten.graph, target_by_name("host"), po);
+  }
+};
 
 int int8_convs(const KernelModule& km) {
   int n = 0;
@@ -104,18 +125,14 @@ int int8_convs(const KernelModule& km) {
 }  // namespace
 
 TEST_CASE("conv int8: quantized convs run on VNNI int8 kernels and match the reference", "[conv_algorithm][codegen][int8]") {
-  Model m = quantized_model();
-  const TensorMap feeds = random_feeds(m.graph, 7);
-  const TensorMap want = run_reference(m.graph, feeds);
-  Model r = m;
-  rewrite_quantized(r);
-  PlanOptions po;
-  po.profile = false;
-  const FusionPlan plan = plan_fusion(r.graph, target_by_name("host"), po);
+  const QuantizedCase q(quantized_model(), 7);
+  const Graph& rg = q.rewritten.graph;
+  const TensorMap& feeds = q.feeds;
+  const TensorMap& want = q.want;
   const bool vnni = target_by_name("host").int8_dot;
   CpuCompileOptions o = test_compile_options("conv_int8");
   o.measure = false;
-  auto cm = CpuModel::build(r.graph, &plan, o);
+  auto cm = CpuModel::build(rg, &q.plan, o);
   // a, b, c, the 1x1 and d; not the conv on the float input nor the one with float weights.
   CHECK(int8_convs(cm->module()) == (vnni ? 5 : 0));
   CHECK(cm->info()["memory"]["conv_algorithms"]["counts"].value("int8_vnni_nchwc", 0) == (vnni ? 5 : 0));
@@ -126,7 +143,7 @@ TEST_CASE("conv int8: quantized convs run on VNNI int8 kernels and match the ref
     CpuCompileOptions f = o;
     f.int8 = false;
     f.threads = 1;
-    auto cf = CpuModel::build(r.graph, &plan, f);
+    auto cf = CpuModel::build(rg, &q.plan, f);
     CHECK(int8_convs(cf->module()) == 0);
     check_close(cf->run(feeds), want, 1e-4, 1e-4);
   }
@@ -149,5 +166,60 @@ TEST_CASE("conv int8: quantized convs run on VNNI int8 kernels and match the ref
       std::ofstream(art + "/plan.json") << pj.dump();
       CHECK_THROWS_WITH(CpuModel::load(art, 2), Catch::Contains("stale"));
     }
+  }
+}
+
+namespace {
+
+// Quantized MatMul / Gemm:
+//   MatMul [2, 5, 40] x [40, 37] (batch rows flattened, a partial column block), per-column
+//     weights, then a bias Add and a Relu in the epilogue
+//   MatMul [7, 30] x [30, 70]: K not a multiple of 4, per-tensor weights, int8 input
+//   Gemm transB = 1, alpha 0.5, beta 2 and a bias, on [7, 30] x [20, 30]^T
+//   near misses: Gemm transA = 1, and MatMul on the float input
+Model quantized_gemm_model() {
+  GraphBuilder b("gemm_int8", 17, 13);
+  auto x = b.input("x", DType::Float32, {2, 5, 40});
+  auto xq = qdq(b, x, 0.05f, Tensor::from_vector<uint8_t>({}, {128}));
+  std::vector<float> cs(37);
+  for (size_t n = 0; n < cs.size(); ++n) cs[n] = 0.003f + 0.0004f * float(n % 5);
+  std::vector<int8_t> w1 = int8_values(40 * 37, 127, 11);
+  for (int64_t n = 0; n < 37; ++n) w1[size_t((n % 40) * 37 + n)] = int8_t(n % 2 ? -127 : 127);  // each column's peak
+  auto b1 = b.op("DequantizeLinear", {b.constant("w1", Tensor::from_vector<int8_t>({40, 37}, w1)), b.constant("s1", Tensor::from_vector<float>({37}, cs))},
+                 GraphBuilder::attrs({{"axis", A::i(1)}}));
+  b.output(b.op("Relu", {b.op("Add", {b.op("MatMul", {xq, b1}), b.weight("bias1", {37}, 0.2f)})}));
+  auto y = b.input("y", DType::Float32, {7, 30});
+  auto yq = qdq(b, y, 0.04f, Tensor::from_vector<int8_t>({}, {-3}));
+  auto b2 = b.op("DequantizeLinear", {b.constant("w2", Tensor::from_vector<int8_t>({30, 70}, int8_values(30 * 70, 90, 12))), b.scalar("s2", 0.01f)});
+  b.output(b.op("MatMul", {yq, b2}));
+  auto b3 = b.op("DequantizeLinear", {b.constant("w3", Tensor::from_vector<int8_t>({20, 30}, int8_values(20 * 30, 127, 13))), b.scalar("s3", 0.02f)});
+  b.output(b.op("Gemm", {yq, b3, b.weight("c3", {20}, 0.3f)}, GraphBuilder::attrs({{"transB", A::i(1)}, {"alpha", A::f(0.5f)}, {"beta", A::f(2.f)}})));
+  auto t = b.input("t", DType::Float32, {30, 7});
+  auto tq = qdq(b, t, 0.04f, Tensor::from_vector<uint8_t>({}, {10}));
+  b.output(b.op("Gemm", {tq, b3}, GraphBuilder::attrs({{"transA", A::i(1)}, {"transB", A::i(1)}})));
+  b.output(b.op("MatMul", {y, b2}));
+  return b.finish();
+}
+
+int int8_gemms(const KernelModule& km) {
+  int n = 0;
+  for (auto& s : km.stages) n += s.iparams.count("INT8") > 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("gemm int8: quantized MatMul and Gemm run on VNNI int8 kernels and match the reference", "[codegen][int8]") {
+  const QuantizedCase q(quantized_gemm_model(), 9);
+  const bool vnni = target_by_name("host").int8_dot;
+  for (int threads : {1, 2}) {
+    INFO(threads << " threads");
+    CpuCompileOptions o = test_compile_options("gemm_int8");
+    o.measure = false;
+    o.threads = threads;
+    auto cm = CpuModel::build(q.rewritten.graph, &q.plan, o);
+    // The two MatMuls and the Gemm on quantized inputs; not transA, not the float input.
+    CHECK(int8_gemms(cm->module()) == (vnni ? 3 : 0));
+    check_close(cm->run(q.feeds), q.want, 1e-4, 1e-4);
   }
 }
