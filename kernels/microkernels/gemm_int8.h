@@ -72,38 +72,49 @@ inline void gemm_int8_requantize(const GemmInt8Args& a, int64_t ld, uint8_t* u, 
   }
 }
 
-// Rows [m0, m0 + mr) (mr <= kGemmInt8Mr; missing rows repeat the last and are not stored) x NV
-// column vectors from block nb0.
+// Rows [m0, m0 + mr) (mr <= kGemmInt8Mr; the tile computes MR rows, reading the copy's padding
+// rows past M, and stores mr) x NV column vectors from block nb0.
 template <class Arch, int NV, class Ep>
 NNFUSE_MK_TILE void gemm_int8_tile(const GemmInt8Args& a, const PackedGemmInt8& p, const uint8_t* u, int64_t ld, int64_t m0, int64_t mr,
                                    int64_t nb0, const Ep& ep) {
   using V = vfloat<Arch>;
   static_assert(V::size == 16, "the int8 GEMM kernel is for AVX-512 (16 lanes)");
   constexpr int MR = kGemmInt8Mr;
-  const uint8_t* row[MR];
-  for (int r = 0; r < MR; ++r) row[r] = u + (m0 + std::min<int64_t>(r, mr - 1)) * ld;
+  // Rows past M are the copy's padding rows (computed, never stored): row r is r * ld on.
+  const uint8_t* row0 = u + m0 * ld;
   __m512i acc[MR][NV];
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_si512();
   const int64_t vstride = p.Kq * 64;
   const int8_t* wp = p.w.data() + nb0 * vstride;
   for (int64_t kq = 0; kq < p.Kq; ++kq) {
     __m512i wv[NV];
+#pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_si512(wp + v * vstride + kq * 64);
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       int32_t x4;
-      std::memcpy(&x4, row[r] + kq * 4, 4);
+      std::memcpy(&x4, row0 + r * ld + kq * 4, 4);
       const __m512i xb = _mm512_set1_epi32(x4);
+#pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xb, wv[v]);
     }
   }
+  // The sums leave the registers once, unrolled, so that the epilogue's loops (not unrolled: each
+  // pass inlines the block's epilogue) index memory and not the accumulators.
+  alignas(64) int32_t sums[MR][NV][16];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) _mm512_store_si512(sums[r][v], acc[r][v]);
   for (int v = 0; v < NV; ++v) {
     const int64_t col = (nb0 + v) * 16, nvalid = std::min<int64_t>(16, a.N - col);
     const __m512i comp = _mm512_loadu_si512(p.comp.data() + col);
     const __m512 sc = _mm512_loadu_ps(p.scale.data() + col);
-    for (int r = 0; r < MR; ++r) {
-      if (r >= mr) break;
-      const V f(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][v], comp)), sc));
+    for (int r = 0; r < mr; ++r) {
+      const V f(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(sums[r][v]), comp)), sc));
       float* c = a.C + (m0 + r) * a.N + col;
       if (nvalid == 16) {
         ep(f, m0 + r, col).store_unaligned(c);
@@ -128,7 +139,9 @@ bool gemm_int8(const GemmInt8Args& a, const PackedGemmInt8& p, const Ep& ep = {}
   if (Nb != 0 && nb != Nb) return false;
   if (a.M <= 0 || a.N <= 0) return true;
   const int64_t ld = p.Kq * 4;
-  uint8_t* u = reinterpret_cast<uint8_t*>(thread_scratch(ScratchSlot::Int8Copy, (a.M * ld + 3) / 4));
+  // MR - 1 padding rows past M, so that a short row tile reads rows without a clamp.
+  uint8_t* u = reinterpret_cast<uint8_t*>(thread_scratch(ScratchSlot::Int8Copy, ((a.M + MR) * ld + 3) / 4));
+  std::memset(u + a.M * ld, a.x_offset, size_t(MR * ld));
   par(a.M, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK { detail::gemm_int8_requantize(a, ld, u, lo, hi); });
   // Tasks: a panel of NV column vectors x a band of about 8 row tiles, panels outermost (a band's
   // tiles reuse the panel from L1/L2).
