@@ -234,6 +234,23 @@ bool columns_affine(const IndexMap& m, int64_t width, int64_t col_stride) {
   return true;
 }
 
+bool columns_chunked(const IndexMap& m, int64_t width, int64_t chunk, std::vector<int64_t>& tab) {
+  const int64_t numel = shape_numel(m.domain);
+  if (width <= 0 || chunk <= 0 || numel % width != 0 || numel > (int64_t(1) << 22)) return false;
+  for (auto& s : m.steps)
+    if (s.kind == IndexStep::Gather) return false;
+  LinearOffset off_at{m};
+  tab.assign(size_t((width + chunk - 1) / chunk), 0);
+  const int64_t base = off_at(0);
+  for (int64_t c = 0; c < width; c += chunk) tab[size_t(c / chunk)] = off_at(c) - base;
+  for (int64_t r = 0; r < numel / width; ++r) {
+    const int64_t o0 = off_at(r * width);
+    for (int64_t c = 0; c < width; ++c)
+      if (off_at(r * width + c) != o0 + tab[size_t(c / chunk)] + c % chunk) return false;
+  }
+  return true;
+}
+
 ColumnSplit split_columns(const IndexMap& m, int64_t width, const std::function<const Tensor*(int)>& constant_index) {
   ColumnSplit cs;
   const Shape& d = m.domain;

@@ -291,5 +291,10 @@ ColumnSplit split_columns(const IndexMap& m, int64_t width, const std::function<
 // spaces up to 2^22 elements). Catches what split_columns's dependency analysis cannot: a
 // Reshape merging a row dim with the column dim ([seq, heads, d] -> [seq, heads * d]).
 bool columns_affine(const IndexMap& m, int64_t width, int64_t col_stride);
+// Whether, over a rows x width view of m's domain, offset(r, c) = offset(r, 0) + tab[c / chunk] +
+// c % chunk: every aligned run of `chunk` columns is contiguous and the runs' placement is the same
+// on every row (a [rows, heads * d] output stored as [heads, rows, d] with d a multiple of chunk).
+// Fills tab (ceil(width / chunk) entries). False for Gather maps and domains past 2^22 elements.
+bool columns_chunked(const IndexMap& m, int64_t width, int64_t chunk, std::vector<int64_t>& tab);
 
 }  // namespace nnfuse

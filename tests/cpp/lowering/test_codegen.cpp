@@ -88,6 +88,33 @@ TEST_CASE("codegen: MatMul and Gemm anchors with prologue and scattering epilogu
   check_close(cm->run(feeds), run_reference(m.graph, feeds));
 }
 
+TEST_CASE("codegen: an epilogue storing heads apart ([seq, heads * d] as [heads, seq, d]) runs on vectors when d is a multiple of 16",
+          "[codegen]") {
+  // d = 32 and 16: every aligned run of 16 columns is contiguous in the output, so the epilogue
+  // stores vectors through a table of run offsets; d = 12: lane by lane, as before.
+  for (int64_t d : {int64_t(32), int64_t(16), int64_t(12)}) {
+    INFO("head size " << d);
+    GraphBuilder gb("heads");
+    const int64_t heads = 3, seq = 9;
+    auto x = gb.input("x", DType::Float32, {1, seq, 40});
+    auto mm = gb.op("MatMul", {x, gb.weight("w", {40, heads * d}, 0.3f)});
+    auto add = gb.op("Add", {mm, gb.weight("bias", {heads * d})});
+    auto rl = gb.op("Relu", {add});
+    auto rs = gb.op("Reshape", {rl, gb.ints("shape", {1, seq, heads, d})});
+    auto tr = gb.op("Transpose", {rs}, GraphBuilder::attrs({{"perm", A::is({0, 2, 1, 3})}}));
+    gb.output(tr);
+    Model m = gb.finish();
+    FusionPlan plan = grouped_plan(m.graph, {{mm, add, rl, rs, tr}});
+    auto cm = CpuModel::build(m.graph, &plan, opts());
+    CHECK(cm->module().fallback_blocks == 0);
+    std::string code;
+    for (auto& u : emit_cpp(cm->module(), 1)) code += u.code;
+    CHECK((code.find("static const int64_t runs_") != std::string::npos) == (d % 16 == 0));
+    TensorMap feeds = random_feeds(m.graph, 3);
+    check_close(cm->run(feeds), run_reference(m.graph, feeds));
+  }
+}
+
 TEST_CASE("codegen: Softplus is generated and stable for large inputs (Mish)", "[codegen]") {
   GraphBuilder gb("mish");
   auto x = gb.input("x", DType::Float32, {4, 8});
