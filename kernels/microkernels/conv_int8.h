@@ -1,7 +1,7 @@
 #pragma once
 // Int8 convolution of a quantized model, on AVX-512 VNNI; contract in microkernels.h (section 6).
 //
-// Which convolutions (lowering/conv_algorithm.cpp decides, and states the same two rules): a dense
+// Which convolutions (lowering/int8_kernels.cpp decides, and states the same two rules): a dense
 // conv in NCHW16c whose
 //   - input values are (q - z) * s_x for integers q of an 8-bit range (what a QuantizeLinear ->
 //     DequantizeLinear pair computes; rewrite/passes_qdq_to_float.cpp writes it in float), and
