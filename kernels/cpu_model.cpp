@@ -427,6 +427,7 @@ nlohmann::json CpuModel::profile(const TensorMap& feeds, int runs) const {
     if (s.kind == StageKind::Fallback && !compiled_stages_.count(i)) r["generated"] = false;
     if (s.layout_block > 0) r["layout"] = layout_name(s.layout_block);
     if (std::string a = conv_algorithm_name(s); !a.empty()) r["algorithm"] = a;
+    if (s.iparams.count("INT8")) r["algorithm"] = "int8_vnni_gemm";
   }
   for (auto& r : rows) {
     double t = r["ms"].get<double>();

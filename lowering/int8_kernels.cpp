@@ -158,4 +158,17 @@ void choose_int8_gemms(KernelModule& mod) {
   }
 }
 
+nlohmann::json int8_summary(const KernelModule& mod) {
+  nlohmann::json blocks = nlohmann::json::object();
+  int convs = 0, gemms = 0;
+  for (auto& st : mod.stages) {
+    const bool conv = st.anchor_op == "Conv" && st.iparams.count("ALGO") && st.iparams.at("ALGO") == kConvInt8;
+    const bool gemm = st.iparams.count("INT8") > 0;
+    if (!conv && !gemm) continue;
+    convs += conv, gemms += gemm;
+    blocks["b" + std::to_string(st.block)] = conv ? "conv" : "gemm";
+  }
+  return {{"enabled", mod.int8_dot}, {"convs", convs}, {"gemms", gemms}, {"blocks", blocks}};
+}
+
 }  // namespace nnfuse

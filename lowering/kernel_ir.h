@@ -246,6 +246,9 @@ bool gemm_int8_applicable(const KernelModule& mod, const Stage& st, double& scal
 // Marks the MatMul / Gemm stages gemm_int8_applicable admits (iparams["INT8"] = 1, with XSCALE,
 // XOFFSET and WMULT as for convs); lower_module calls it under LowerOptions::int8_dot.
 void choose_int8_gemms(KernelModule& mod);
+// The report's "int8_kernels" object: {enabled (lowered with int8_dot), convs, gemms, blocks:
+// {"b3": "conv" | "gemm"}}.
+nlohmann::json int8_summary(const KernelModule& mod);
 // "direct_nchwc", "winograd_f4x4_3x3", "winograd_f2x2_3x3", "int8_vnni_nchwc", "depthwise_nchwc", "grouped_nchwc", "im2col_gemm",
 // "depthwise"; "" for a stage that is not a Conv anchor.
 std::string conv_algorithm_name(const Stage& st);

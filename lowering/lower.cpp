@@ -65,6 +65,7 @@ nlohmann::json KernelModule::summary() const {
   j["constant_blocks_folded"] = folded_blocks;
   j["layout"] = layout_summary(*this);
   j["conv_algorithms"] = conv_algorithm_summary(*this);
+  j["int8_kernels"] = int8_summary(*this);
   return j;
 }
 

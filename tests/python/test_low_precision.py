@@ -232,3 +232,60 @@ def test_quantize_static_qdq_cnn_compiles_without_fallback_and_matches_ort(cli, 
         rounds = [n for n in g.node if n.op_type == "Round"]
         assert rounds and all(producer[n.input[0]].op_type == "Div" for n in rounds), pipeline
         assert not any(n.op_type == "QuantizeLinear" for n in g.node), pipeline
+
+
+def test_quantize_static_bert_runs_int8_gemms_and_matches_ort(cli, tmp_path):
+    # The zoo's tiny BERT through quantize_static (QDQ, per-channel, MatMul and Gemm quantized):
+    # on a host with AVX-512 VNNI its projections and FFN run on int8 GEMM kernels
+    # (kernels/microkernels/gemm_int8.h), with integer sums, as ONNX Runtime's int8 kernels do: the
+    # outputs match both our reference interpreter and ORT on the same QDQ model.
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    src, qpath = tmp_path / "bert.onnx", tmp_path / "bert_qdq.onnx"
+    cli.ok("zoo", "export", "bert_tiny", "-o", src)
+    m = onnx.load(src)
+    rng = np.random.default_rng(6)
+
+    def feeds_of(model):
+        feeds = {}
+        for i in model.graph.input:
+            shape = [d.dim_value or 16 for d in i.type.tensor_type.shape.dim]
+            if i.type.tensor_type.elem_type == TP.INT64:
+                feeds[i.name] = np.ones(shape, np.int64) if "mask" in i.name else rng.integers(0, 50, shape).astype(np.int64)
+            else:
+                feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+        return feeds
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            self.left = 4
+
+        def get_next(self):
+            if not self.left:
+                return None
+            self.left -= 1
+            return feeds_of(m)
+
+    quantize_static(str(src), str(qpath), Calibration(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    op_types_to_quantize=["MatMul", "Gemm"])
+    feeds = feeds_of(m)
+    q = onnx.load(qpath)
+    sess = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in q.graph.output], sess.run(None, feeds)))
+    ref = cli.run_model(qpath, feeds, tmp_path / "ref")
+    args = []
+    for k, v in feeds.items():
+        np.save(tmp_path / f"{k}.npy", v)
+        args += ["--input", f"{k}={tmp_path / f'{k}.npy'}"]
+    rep = cli.ok("run", qpath, "--target", "host", *args, "--outputs", tmp_path / "host")
+    memory = rep["compile"]["memory"]
+    assert memory["fallback_blocks"] == 0, memory.get("fallback_reasons")
+    if memory["int8_kernels"]["enabled"]:
+        assert memory["int8_kernels"]["gemms"] >= 4, memory["int8_kernels"]
+    for o in rep["outputs"]:
+        got = load_output(o["file"])
+        scale = float(np.abs(want[o["name"]]).max())
+        # Measured: within 1e-6 of both (1e-7 of the output's scale); the bounds leave room for a
+        # QuantizeLinear that lands a step apart on another machine's rounding.
+        np.testing.assert_allclose(got, ref[o["name"]], rtol=0, atol=1e-3 * scale, err_msg=o["name"])
+        np.testing.assert_allclose(got, want[o["name"]], rtol=0, atol=1e-2 * scale, err_msg=o["name"])

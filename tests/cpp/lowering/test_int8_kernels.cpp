@@ -220,6 +220,10 @@ TEST_CASE("gemm int8: quantized MatMul and Gemm run on VNNI int8 kernels and mat
     auto cm = CpuModel::build(q.rewritten.graph, &q.plan, o);
     // The two MatMuls and the Gemm on quantized inputs; not transA, not the float input.
     CHECK(int8_gemms(cm->module()) == (vnni ? 3 : 0));
+    const auto report = cm->info()["memory"]["int8_kernels"];
+    CHECK(report["enabled"] == vnni);
+    CHECK(report["gemms"] == (vnni ? 3 : 0));
+    CHECK(report["blocks"].size() == (vnni ? 3u : 0u));
     check_close(cm->run(q.feeds), q.want, 1e-4, 1e-4);
   }
 }
