@@ -177,6 +177,23 @@ def test_quantize_dynamic_bert_runs_on_host_and_matches_ort(cli, tmp_path):
         np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4, err_msg=name)
 
 
+def _calibration(make_feeds, batches=4):
+    # quantize_static's calibration reader: `batches` inputs from make_feeds().
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self):
+            self.left = batches
+
+        def get_next(self):
+            if not self.left:
+                return None
+            self.left -= 1
+            return make_feeds()
+
+    return Calibration()
+
+
 @pytest.mark.parametrize("model", ["resnet_tiny", "mobilenet_tiny", "efficientnet_tiny"])
 def test_quantize_static_qdq_cnn_compiles_without_fallback_and_matches_ort(cli, tmp_path, model):
     # ONNX Runtime's quantize_static in the QDQ format (per-channel int8 weights, uint8
@@ -186,7 +203,7 @@ def test_quantize_static_qdq_cnn_compiles_without_fallback_and_matches_ort(cli, 
     # reference kernels (before: every pair was a fallback stage, EfficientNet-B0 164 ms -> 20 ms).
     # The fused form is the QDQ arithmetic bit for bit, so it matches our reference interpreter
     # exactly and ONNX Runtime's int8 kernels within one quantization step of the output.
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.quantization import QuantFormat, quantize_static
 
     src, qpath = tmp_path / "m.onnx", tmp_path / "m_qdq.onnx"
     cli.ok("zoo", "export", model, "-o", src)
@@ -195,17 +212,8 @@ def test_quantize_static_qdq_cnn_compiles_without_fallback_and_matches_ort(cli, 
     shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
     rng = np.random.default_rng(5)
 
-    class Calibration(CalibrationDataReader):
-        def __init__(self):
-            self.left = 4
-
-        def get_next(self):
-            if not self.left:
-                return None
-            self.left -= 1
-            return {inp.name: rng.uniform(-1, 1, shape).astype(np.float32)}
-
-    quantize_static(str(src), str(qpath), Calibration(), quant_format=QuantFormat.QDQ, per_channel=True)
+    calibration = _calibration(lambda: {inp.name: rng.uniform(-1, 1, shape).astype(np.float32)})
+    quantize_static(str(src), str(qpath), calibration, quant_format=QuantFormat.QDQ, per_channel=True)
     q = onnx.load(qpath)
     ops = [n.op_type for n in q.graph.node]
     assert ops.count("QuantizeLinear") >= 3 and ops.count("DequantizeLinear") >= 6
@@ -239,7 +247,7 @@ def test_quantize_static_bert_runs_int8_gemms_and_matches_ort(cli, tmp_path):
     # on a host with AVX-512 VNNI its projections and FFN run on int8 GEMM kernels
     # (kernels/microkernels/gemm_int8.h), with integer sums, as ONNX Runtime's int8 kernels do: the
     # outputs match both our reference interpreter and ORT on the same QDQ model.
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.quantization import QuantFormat, quantize_static
 
     src, qpath = tmp_path / "bert.onnx", tmp_path / "bert_qdq.onnx"
     cli.ok("zoo", "export", "bert_tiny", "-o", src)
@@ -256,17 +264,7 @@ def test_quantize_static_bert_runs_int8_gemms_and_matches_ort(cli, tmp_path):
                 feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
         return feeds
 
-    class Calibration(CalibrationDataReader):
-        def __init__(self):
-            self.left = 4
-
-        def get_next(self):
-            if not self.left:
-                return None
-            self.left -= 1
-            return feeds_of(m)
-
-    quantize_static(str(src), str(qpath), Calibration(), quant_format=QuantFormat.QDQ, per_channel=True,
+    quantize_static(str(src), str(qpath), _calibration(lambda: feeds_of(m)), quant_format=QuantFormat.QDQ, per_channel=True,
                     op_types_to_quantize=["MatMul", "Gemm"])
     feeds = feeds_of(m)
     q = onnx.load(qpath)
