@@ -395,6 +395,7 @@ ARTIFACT_CASES = {
     "target-not-string": (_set("target", ["host"]), ["plan.json", "'target'"]),
     "units-zero": (_set("units", 0), ["plan.json", "'units'"]),
     "layout-block-3": (_set("layout_block", 3), ["plan.json", "'layout_block'"]),
+    "int8-dot-not-bool": (_set("int8_dot", "yes"), ["plan.json", "'int8_dot'"]),
     "unknown-format": (_set("format", "nnfuse-cpu-artifact-99"), ["unknown artifact format"]),
     "blocks-not-list": (_set("blocks", {"0": 1}), ["plan.json", "'blocks'"]),
     "member-unknown": (_first_block("members", ["no_such_node"]), ["'no_such_node'"]),
