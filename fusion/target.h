@@ -30,7 +30,7 @@ struct TargetDesc {
   // a well-lowered block to the fallback kernels. The reference target runs any dtype.
   bool float32_kernels_only = true;
   // The CPU multiplies unsigned by signed bytes into int32 lanes (AVX-512 VNNI; "host" only, where
-  // it is detected): quantized convolutions get int8 kernels (lowering/conv_algorithm.cpp).
+  // it is detected): quantized convs and MatMul/Gemm get int8 kernels (lowering/int8_kernels.cpp).
   bool int8_dot = false;
 
   bool can_fuse_op(const std::string& op_type) const { return !unfusable_ops.count(op_type); }

@@ -453,7 +453,7 @@ struct StageEmitter {
            << "; " << arg << ".dil_h = " << ip("DH") << "; " << arg << ".dil_w = " << ip("DW") << ";\n";
     };
     if (st.anchor_op == "Conv" && ip("ALGO") == kConvInt8) {
-      // A quantized model's conv on VNNI (kernels/microkernels/conv_int8.h; conv_algorithm.cpp
+      // A quantized model's conv on VNNI (kernels/microkernels/conv_int8.h; int8_kernels.cpp
       // chose it only for a target that has VNNI, and the kernel exists only where it is compiled).
       const std::string xscale = flt(st.fparams.at("XSCALE")), xoffset = "int32_t(" + std::to_string(ip("XOFFSET")) + ")";
       const std::string mult = int8_weight_table();

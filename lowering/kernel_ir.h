@@ -202,7 +202,7 @@ struct LowerOptions {
   // reads $NNFUSE_CONV_ALGO.
   std::string conv_algorithm = "auto";
   // The target multiplies unsigned by signed bytes into int32 (AVX-512 VNNI): dense blocked convs
-  // of a quantized model run on int8 kernels (conv_algorithm.cpp, kernels/microkernels/conv_int8.h).
+  // and MatMul/Gemm of a quantized model run on int8 kernels (int8_kernels.cpp, kernels/microkernels/conv_int8.h, gemm_int8.h).
   // CpuModel sets it for a host with VNNI ($NNFUSE_INT8=0 turns it off).
   bool int8_dot = false;
 };
