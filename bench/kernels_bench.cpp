@@ -213,7 +213,7 @@ void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak,
   pw.pack(w.data(), cc.K, Cg, cc.KH, cc.KH, L);
   std::vector<float> y(size_t(mk::nchwc_blocks(cc.K, L) * L * a.OH * a.OW));
   a.x = x.data(), a.w = pw.w.data(), a.y = y.data();
-  std::vector<std::vector<float>> copies;
+  std::vector<decltype(pw.w)> copies;  // the packed type: aligned as the kernels get it
   size_t next_copy = 0;
   if (g_cold_weights) {
     const size_t bytes = pw.w.size() * sizeof(float), want = (size_t(12) << 20) / std::max<size_t>(bytes, 1) + 1;
@@ -395,6 +395,8 @@ int main(int argc, char** argv) {
         {"r50", 1024, 14, 14, 256, 1, 1, 5}, {"r50", 256, 14, 14, 256, 3, 1, 5}, {"r50", 1024, 14, 14, 512, 1, 1, 1},
         {"r50", 512, 14, 14, 512, 3, 2, 1}, {"r50", 512, 7, 7, 2048, 1, 1, 3},  {"r50", 2048, 7, 7, 512, 1, 1, 2},
         {"r50", 512, 7, 7, 512, 3, 1, 2},
+        // ResNet-50 v1.5's stride-2 1x1 projections (the first block of stages 2-4).
+        {"r50", 256, 56, 56, 512, 1, 2, 1}, {"r50", 512, 28, 28, 1024, 1, 2, 1}, {"r50", 1024, 14, 14, 2048, 1, 2, 1},
         // YOLOv8n at 320x320: stem and downsampling 3x3 s2 convs, C2f bottleneck 3x3s, 1x1s.
         {"yolo", 3, 320, 320, 16, 3, 2, 1},  {"yolo", 16, 160, 160, 32, 3, 2, 1}, {"yolo", 16, 80, 80, 16, 3, 1, 2},
         {"yolo", 32, 80, 80, 64, 3, 2, 1},   {"yolo", 32, 40, 40, 32, 3, 1, 4},   {"yolo", 64, 40, 40, 128, 3, 2, 1},

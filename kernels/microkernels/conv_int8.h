@@ -41,7 +41,7 @@ struct ConvInt8Args {
 
 struct PackedConvInt8 {
   static constexpr int64_t L = 16;
-  std::vector<int8_t> w;      // [Kb][Cb][KH][KW][4][L][4]
+  AlignedVector<int8_t> w;      // [Kb][Cb][KH][KW][4][L][4]
   std::vector<int32_t> comp;  // [Kb * L]: B * sum of output channel k's integer weights
   std::vector<float> scale;   // [Kb * L]: s_x * s_w[k]
   // mult[k]: output channel k's weights are integers times max|w_k| / mult[k].

@@ -127,7 +127,7 @@ inline void pack_conv_nchwc_weights(const float* w, int64_t K, int64_t Cg, int64
 
 // Packed weights owned by a prepare entry point.
 struct PackedConvNchwc {
-  std::vector<float> w;
+  AlignedVector<float> w;
   void pack(const float* src, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1) {
     w.assign(size_t(conv_nchwc_packed_size(K, Cg, KH, KW, L, G)), 0.f);
     pack_conv_nchwc_weights(src, K, Cg, KH, KW, L, w.data(), G);
@@ -501,6 +501,33 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
     xsrc = xp;
     x_blocked = true;
     g.H = Hp, g.W = Wp, g.pt = 0, g.pl = 0;
+  } else if (conv_pointwise_geometry(a) && (a.stride_h > 1 || a.stride_w > 1) && a.C >= L &&
+             double(a.K) * double(win.span) / double(Cb * L) >= 32) {
+    // A strided 1x1 conv (ResNet's downsample projections) reads one pixel in stride_h *
+    // stride_w, each a cache line of its own, once per task of output blocks: its tiles broadcast
+    // from lines scattered over an input larger than L2. The pixels it reads are first gathered
+    // into a compact image (one pass, the same copy slot as the bordered one), which the conv then
+    // walks as one row of OH * OW pixels, as a stride-1 1x1 conv: ResNet-50's 256 -> 56x56 -> 512
+    // projection went from 1.53 to 1.31-1.37 ms; its 28x28 and 14x14 ones, whose inputs fit in
+    // L2, did not change (bench/kernels_bench.cpp --only conv, session 23).
+    float* xp = thread_scratch(ScratchSlot::ConvPadded, a.N * Cb * a.OH * a.OW * L);
+    par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+      for (int64_t t = lo; t < hi; ++t) {
+        const int64_t nb = t / a.OH, oh = t % a.OH, n = nb / Cb, c0 = nb % Cb * L, lanes = std::min(L, a.C - c0);
+        float* d = xp + t * a.OW * L;
+        if (a.x_blocked) {
+          const float* src = a.x + (nb * a.H + oh * a.stride_h) * a.W * L;
+          for (int64_t ow = 0; ow < a.OW; ++ow) std::memcpy(d + ow * L, src + ow * a.stride_w * L, size_t(L) * sizeof(float));
+        } else {
+          const float* src = a.x + ((n * a.C + c0) * a.H + oh * a.stride_h) * a.W;
+          for (int64_t ow = 0; ow < a.OW; ++ow)
+            for (int64_t l = 0; l < L; ++l) d[ow * L + l] = l < lanes ? src[l * a.H * a.W + ow * a.stride_w] : 0.f;
+        }
+      }
+    });
+    xsrc = xp;
+    x_blocked = true;
+    g = ConvGeom{1, a.OH * a.OW, 1, a.OH * a.OW, 1, 1, 1, 1, 0, 0, 1, 1};
   }
   const NchwcInput in(xsrc, x_blocked, a.N, a.C, g.H, g.W, L);
   // Input channels per pass: the weight panel (OCB blocks) stays within ~32 KiB (L1; at least one

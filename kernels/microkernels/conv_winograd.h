@@ -48,7 +48,7 @@ struct WinogradTile {
 // in double from [K, C, 3, 3].
 template <int M>
 struct PackedConvWinogradM {
-  std::vector<float> u;
+  AlignedVector<float> u;
   int64_t K = 0, C = 0, L = 0;
   int64_t slice() const { return nchwc_blocks(K, L) * C * L; }
   void pack(const float* w, int64_t k_out, int64_t c_in, int64_t lanes) {

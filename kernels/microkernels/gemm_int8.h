@@ -27,7 +27,7 @@ struct GemmInt8Args {
 struct PackedGemmInt8 {
   static constexpr int64_t L = 16;
   int64_t Kq = 0;
-  std::vector<int8_t> w;      // [Nb][Kq][L][4]
+  AlignedVector<int8_t> w;      // [Nb][Kq][L][4]
   std::vector<int32_t> comp;  // [Nb * L]: B * the column's sum of integer weights
   std::vector<float> scale;   // [Nb * L]: scale * s_w[n] (scale: s_x times Gemm's alpha)
   // B(k, n) = src[k * b_rs + n * b_cs]; mult[n]: column n's weights are integers times max|B(:, n)| / mult[n].

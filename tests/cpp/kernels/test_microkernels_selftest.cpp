@@ -463,6 +463,11 @@ void nchwc_cases(Checker& ck) {
               C{1, 20, 8, 8, 20, 3, 3, 1, 2, 2, false, true, 5}, C{1, 64, 6, 7, 64, 3, 3, 1, 1, 1, false, true, 2},
               C{1, 32, 5, 8, 16, 1, 1, 1, 0, 1, false, true, 4}, C{1, 48, 6, 6, 48, 3, 3, 1, 1, 1, false, false, 3},
               C{1, 1024, 3, 3, 64, 1, 1, 1, 0, 1, false, true, 2}, C{1, 96, 5, 5, 96, 3, 3, 1, 1, 1, false, true, 4},
+              // Strided 1x1 convs on the compact gathered copy (ResNet's projections): channels
+              // off whole blocks, a plain input at stride 3 and batch 2, a grouped one; and one
+              // with too few outputs per copied value, read in place.
+              C{1, 40, 9, 11, 48, 1, 1, 2, 0, 1, false, true}, C{2, 33, 8, 7, 64, 1, 1, 3, 0, 1, false, false},
+              C{1, 64, 9, 9, 64, 1, 1, 2, 0, 1, false, true, 2}, C{1, 32, 9, 9, 16, 1, 1, 2, 0, 1, false, true},
               // Plain inputs: a dense padded conv of 40 channels (not whole blocks) and batch 2
               // blocked by the zero-border copy, and a grouped one read in place (1x1, no copy).
               C{2, 40, 7, 6, 48, 3, 3, 1, 1, 1, false, false}, C{2, 64, 5, 4, 32, 1, 1, 1, 0, 1, false, false, 2}}) {

@@ -161,6 +161,38 @@ TEST_CASE("layout: blocked kernels match the reference for odd channel counts", 
   fs::remove_all(cache, ec);
 }
 
+TEST_CASE("layout: strided 1x1 projections gather their input compactly and match the reference", "[layout][codegen]") {
+  // A ResNet downsample block, batch 2, channels off whole blocks: a 1x1 stride-2 projection of
+  // a blocked activation (the compact-copy path of conv_nchwc_dense: 48 outputs per gathered
+  // value) added to a 3x3 stride-2 branch; a 1x1 stride-2 conv of the plain model input (gathered
+  // and blocked by the same copy); and one with too few outputs to copy for (read in place).
+  GraphBuilder gb("strided_projection");
+  auto x = gb.input("x", DType::Float32, {2, 40, 9, 11});
+  auto r = gb.op("Relu", {gb.op("Conv", {x, gb.weight("w0", {40, 40, 3, 3}, 0.1f)}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}))});
+  auto proj = gb.op("Conv", {r, gb.weight("wp", {48, 40, 1, 1}, 0.3f), gb.weight("bp", {48})}, GraphBuilder::attrs({{"strides", A::is({2, 2})}}));
+  auto c3 = gb.op("Conv", {r, gb.weight("w3", {48, 40, 3, 3}, 0.2f)}, GraphBuilder::attrs({{"strides", A::is({2, 2})}, {"pads", A::is({1, 1, 1, 1})}}));
+  gb.output(gb.op("Relu", {gb.op("Add", {proj, c3})}));
+  gb.output(gb.op("Conv", {x, gb.weight("wx", {64, 40, 1, 1}, 0.3f)}, GraphBuilder::attrs({{"strides", A::is({2, 3})}})));
+  gb.output(gb.op("Conv", {r, gb.weight("wn", {8, 40, 1, 1}, 0.3f)}, GraphBuilder::attrs({{"strides", A::is({3, 2})}})));
+  Model m = gb.finish();
+  FusionPlan plan = host_plan(m.graph);
+  TensorMap feeds = random_feeds(m.graph, 7);
+  TensorMap want = run_reference(m.graph, feeds);
+  fs::path cache = fs::temp_directory_path() / ("nnfuse_test_layout_proj_" + std::to_string(::getpid()));
+  for (const char* target : {"host", "x86-avx2"}) {
+    INFO(target);
+    CpuCompileOptions o;
+    o.target = target;
+    o.cache_dir = cache.string();
+    o.threads = 2;
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    CHECK(count_convs(cm->module(), true) == 5);
+    check_close(cm->run(feeds), want);
+  }
+  std::error_code ec;
+  fs::remove_all(cache, ec);
+}
+
 TEST_CASE("layout: a channel Split on a block boundary reads the blocked buffer in place", "[layout][codegen]") {
   // Conv -> Split along channels -> Relu / Conv on each part (ResNet's merged sibling 1x1 convs;
   // CSP/C2f blocks split a conv's output the same way). Split sizes {16, 24} start the second
