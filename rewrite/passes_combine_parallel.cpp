@@ -189,6 +189,31 @@ int combine_dense(Graph& g, const std::string& x) {
 }
 
 // ---------------------------------------------------------------- Conv
+// Whether combining Convs `s` (equal attributes, reading x) saves memory traffic. Combined, the
+// input is read once instead of s.size() times, but the Split then copies every output element
+// once more (read and write). So combine only where the outputs are no larger than the input
+// reads saved: an SSD's class and box heads on one feature map (few channels out of many), Inception's
+// narrow 1x1 branches. ResNet-50's first block reads 64 channels into 64 + 256 (conv1 and the
+// downsample): combined it ran 1.63 ms against 0.18 + 0.86 ms apart (the 4 MB Split copy;
+// bench/RESULTS.md, session 23). With a spatial size unknown, channels alone are compared.
+bool conv_combine_pays(const Graph& g, const std::string& x, const std::vector<NodeId>& s) {
+  const TensorType& xt = g.type(x);
+  const TensorType& yt = g.type(g.node(s[0]).outputs[0]);
+  if (xt.rank() < 3 || yt.rank() != xt.rank() || !xt.dims[1].known()) return false;
+  int64_t out_channels = 0;
+  for (NodeId c : s) out_channels += g.constant_value(g.node(c).inputs[1])->dim(0);
+  // Elements per channel of x and of each output; 1 and 1 where a spatial dim is unknown.
+  double xs = 1, ys = 1;
+  for (size_t i = 2; i < xt.dims.size(); ++i) {
+    if (!xt.dims[i].known() || !yt.dims[i].known()) {
+      xs = ys = 1;
+      break;
+    }
+    xs *= double(xt.dims[i].value), ys *= double(yt.dims[i].value);
+  }
+  return double(out_channels) * ys <= double(xt.dims[1].value) * xs * double(s.size() - 1);
+}
+
 int combine_conv(Graph& g, const std::string& x) {
   std::vector<NodeId> convs;
   for (auto& u : g.consumers(x)) {
@@ -228,7 +253,7 @@ int combine_conv(Graph& g, const std::string& x) {
       if (!placed) same.push_back({c});
     }
     for (auto& s : same) {
-      if (s.size() < 2) continue;
+      if (s.size() < 2 || !conv_combine_pays(g, x, s)) continue;
       bool any_bias = false;
       std::vector<const Tensor*> ws;
       std::vector<Tensor> biases;

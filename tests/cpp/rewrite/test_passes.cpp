@@ -486,11 +486,11 @@ TEST_CASE("combine-parallel-matmul merges Gemms and leaves different activations
 
 TEST_CASE("combine-parallel-conv merges Convs of equal geometry only", "[passes]") {
   GraphBuilder b("convs", 17, 4);
-  auto x = b.input("x", DType::Float32, {1, 4, 6, 6});
+  auto x = b.input("x", DType::Float32, {1, 8, 6, 6});
   auto a1 = GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}});
-  auto c1 = b.op("Conv", {x, b.weight("w", {3, 4, 3, 3}), b.weight("b", {3})}, a1);
-  auto c2 = b.op("Conv", {x, b.weight("w", {5, 4, 3, 3})}, a1);  // no bias: zeros in the combined one
-  auto c3 = b.op("Conv", {x, b.weight("w", {2, 4, 3, 3})}, GraphBuilder::attrs({{"strides", A::is({2, 2})}}));
+  auto c1 = b.op("Conv", {x, b.weight("w", {3, 8, 3, 3}), b.weight("b", {3})}, a1);
+  auto c2 = b.op("Conv", {x, b.weight("w", {5, 8, 3, 3})}, a1);  // no bias: zeros in the combined one
+  auto c3 = b.op("Conv", {x, b.weight("w", {2, 8, 3, 3})}, GraphBuilder::attrs({{"strides", A::is({2, 2})}}));
   b.output(c1);
   b.output(b.op("Relu", {c2}));
   b.output(c3);
@@ -500,6 +500,27 @@ TEST_CASE("combine-parallel-conv merges Convs of equal geometry only", "[passes]
   auto h = histogram(m.graph);
   REQUIRE(ctx.rules_fired["combine-parallel-conv"] == 1);
   REQUIRE(h["Conv"] == 2);  // the strided one stays apart
+  REQUIRE(h["Split"] == 1);
+  require_same_outputs(before, m.graph, 1e-6, 0);
+}
+
+TEST_CASE("combine-parallel-conv leaves Convs apart where the Split would copy more than it saves", "[passes]") {
+  // ResNet-50's first block: 64 channels into 64 (conv1) and 256 (downsample) at one size. One
+  // read of x saved against 320 channels copied by the Split: not combined. Four narrow heads on
+  // one wide map (an SSD's predictors) are.
+  GraphBuilder b("convs", 17, 4);
+  auto x = b.input("x", DType::Float32, {1, 16, 7, 7});
+  b.output(b.op("Relu", {b.op("Conv", {x, b.weight("w", {16, 16, 1, 1}), b.weight("b", {16})})}));
+  b.output(b.op("Conv", {x, b.weight("w", {64, 16, 1, 1}), b.weight("b", {64})}));
+  auto y = b.input("y", DType::Float32, {1, 32, 5, 5});
+  auto pads = GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}});
+  for (int64_t k : {6, 12, 6, 4}) b.output(b.op("Conv", {y, b.weight("w", {k, 32, 3, 3}), b.weight("b", {k})}, pads));
+  Model m = b.finish();
+  Graph before = m.graph;
+  PassContext ctx = run_pipeline(m, "pass combine-parallel-conv\n");
+  auto h = histogram(m.graph);
+  REQUIRE(ctx.rules_fired["combine-parallel-conv"] == 1);
+  REQUIRE(h["Conv"] == 3);  // the two on x, the combined heads on y
   REQUIRE(h["Split"] == 1);
   require_same_outputs(before, m.graph, 1e-6, 0);
 }
