@@ -239,16 +239,22 @@ std::string compiler_for(const ToolchainOptions& o) {
 
 std::vector<std::string> target_flags(const std::string& target) {
   std::string t = target;
+  bool vnni = false;
   if (t == "host") {
     const TargetDesc host = target_by_name("host");
     t = host.name;  // "host:x86-avx512"
     if (t.rfind("host:", 0) == 0) t = t.substr(5);
-    if (t == "x86-avx512" && host.int8_dot) return {"-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mavx512vnni"};
+    vnni = t == "x86-avx512" && host.int8_dot;
   }
-  if (t == "x86-avx2") return {"-mavx2", "-mfma"};
-  if (t == "x86-avx512") return {"-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"};
-  if (t == "arm-neon") return {"-march=armv8-a"};
-  fail(ErrorKind::Unsupported, "the CPU code generator has no flags for target '" + target + "' (CPU targets: host, x86-avx2, x86-avx512, arm-neon)");
+  std::vector<std::string> f;
+  if (t == "x86-avx2") f = {"-mavx2", "-mfma"};
+  else if (t == "x86-avx512") f = {"-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl"};
+  else if (t == "arm-neon") f = {"-march=armv8-a"};
+  else fail(ErrorKind::Unsupported, "the CPU code generator has no flags for target '" + target + "' (CPU targets: host, x86-avx2, x86-avx512, arm-neon)");
+  // The int8 kernels' VNNI: on the host only, where the CPU has it (the name x86-avx512 does not
+  // promise it).
+  if (vnni) f.push_back("-mavx512vnni");
+  return f;
 }
 
 std::string default_cache_dir() {

@@ -16,9 +16,10 @@
 // transformed input and products) is kept within a bound so that a large image falls back to the
 // direct kernel.
 //
-// The int8 kernel (kernels/microkernels/conv_int8.h) is not a choice by cost: where the target has
-// VNNI and the conv's input and weights hold 8-bit integers (int8_kernels.cpp), it does 4x the
-// multiply-adds per instruction of the float kernels on the same data, exactly.
+// The int8 kernel (kernels/microkernels/conv_int8.h) is not a choice by cost: choose_int8_kernels
+// (int8_kernels.cpp) sets it afterwards where the target has VNNI and the conv's input and weights
+// hold 8-bit integers; it does 4x the multiply-adds per instruction of the float kernels on the
+// same data, exactly.
 #include <cstdlib>
 
 #include "graph/error.h"
@@ -82,11 +83,10 @@ std::string conv_algorithm_name(const Stage& st) {
   return conv_stage_depthwise(st) ? "depthwise_nchwc" : "grouped_nchwc";
 }
 
-void choose_conv_algorithms(KernelModule& mod, const std::string& mode, bool int8_dot) {
+void choose_conv_algorithms(KernelModule& mod, const std::string& mode) {
   if (mode != "auto" && mode != "direct" && mode != "winograd" && mode != "winograd2")
     fail(ErrorKind::Invalid, "conv algorithm '" + mode + "': expected auto, direct, winograd or winograd2");
   mod.conv_algorithm = mode;
-  mod.int8_dot = int8_dot;
   for (auto& st : mod.stages) {
     if (st.kind != StageKind::Anchor || st.anchor_op != "Conv") continue;
     int64_t algo = kConvDirect;
@@ -96,15 +96,6 @@ void choose_conv_algorithms(KernelModule& mod, const std::string& mode, bool int
       // not fit runs direct rather than allocating without limit.
       else if (mode == "winograd" && scratch_fits(st, 4)) algo = kConvWinogradF4x4;
       else if (mode == "winograd2" && scratch_fits(st, 2)) algo = kConvWinogradF2x2;
-    }
-    double scale = 1;
-    int64_t offset = 0;
-    std::vector<int64_t> multipliers;
-    if (int8_dot && conv_int8_applicable(mod, st, scale, offset, multipliers)) {
-      algo = kConvInt8;
-      st.fparams["XSCALE"] = scale;
-      st.iparams["XOFFSET"] = offset;
-      st.vparams["WMULT"] = multipliers;
     }
     st.iparams["ALGO"] = algo;
   }

@@ -145,13 +145,17 @@ bool gemm_int8_applicable(const KernelModule& mod, const Stage& st, double& scal
   return w && (ip(st, "transB") ? int8_weight_grid(w, N, K, K, 1, multipliers) : int8_weight_grid(w, N, K, 1, N, multipliers));
 }
 
-void choose_int8_gemms(KernelModule& mod) {
+void choose_int8_kernels(KernelModule& mod, bool int8_dot) {
+  mod.int8_dot = int8_dot;
+  if (!int8_dot) return;
   for (auto& st : mod.stages) {
     double scale = 1;
     int64_t offset = 0;
     std::vector<int64_t> mult;
-    if (!gemm_int8_applicable(mod, st, scale, offset, mult)) continue;
-    st.iparams["INT8"] = 1;
+    if (conv_int8_applicable(mod, st, scale, offset, mult)) st.iparams["ALGO"] = kConvInt8;
+    else if (gemm_int8_applicable(mod, st, scale, offset, mult)) st.iparams["INT8"] = 1;
+    else continue;
+    // Both kernels read the input's quantization and the weights' grid under the same names.
     st.fparams["XSCALE"] = scale;
     st.iparams["XOFFSET"] = offset;
     st.vparams["WMULT"] = mult;

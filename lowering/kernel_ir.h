@@ -229,12 +229,10 @@ nlohmann::json layout_summary(const KernelModule& mod);
 
 // Convolution algorithm per Conv stage (conv_algorithm.cpp), in Stage::iparams["ALGO"]; runs
 // after assign_layouts. mode: "auto" (cost model), "direct", "winograd" (F(4x4,3x3) for every
-// applicable conv), "winograd2" (F(2x2,3x3) for every applicable conv). int8_dot: the convs of a
-// quantized model that conv_int8_applicable admits run on the int8 kernel (kConvInt8), whatever
-// the mode; iparams["XOFFSET"] and fparams["XSCALE"] then hold the input's quantization and
-// vparams["WMULT"] the weights' (conv_int8_applicable).
+// applicable conv), "winograd2" (F(2x2,3x3) for every applicable conv). kConvInt8 is set after
+// it, by choose_int8_kernels.
 constexpr int64_t kConvDirect = 0, kConvWinogradF4x4 = 1, kConvWinogradF2x2 = 2, kConvInt8 = 3;
-void choose_conv_algorithms(KernelModule& mod, const std::string& mode, bool int8_dot = false);
+void choose_conv_algorithms(KernelModule& mod, const std::string& mode);
 // Int8 kernels (int8_kernels.cpp). Whether a Conv stage can run on the int8 kernel: dense, NCHW16c, its input the float form of a
 // QuantizeLinear -> DequantizeLinear pair of an 8-bit type (rewrite/passes_qdq_to_float.cpp) and
 // its weights int8 (channel k: integers in [-127, 127] times max|w_k| / multipliers[k]). Fills
@@ -243,9 +241,13 @@ bool conv_int8_applicable(const KernelModule& mod, const Stage& st, double& scal
 // The same for a MatMul / Gemm stage (gemm_int8.h): B a packed weight on an int8 grid per column,
 // A quantized, not transposed, its batch elements contiguous.
 bool gemm_int8_applicable(const KernelModule& mod, const Stage& st, double& scale, int64_t& offset, std::vector<int64_t>& multipliers);
-// Marks the MatMul / Gemm stages gemm_int8_applicable admits (iparams["INT8"] = 1, with XSCALE,
-// XOFFSET and WMULT as for convs); lower_module calls it under LowerOptions::int8_dot.
-void choose_int8_gemms(KernelModule& mod);
+// The int8 kernels of a quantized model, chosen after choose_conv_algorithms (lower_module, from
+// LowerOptions::int8_dot; sets KernelModule::int8_dot). With int8_dot, the Conv stages that
+// conv_int8_applicable admits run on the int8 kernel (iparams["ALGO"] = kConvInt8), whatever the
+// conv mode, and the MatMul / Gemm stages that gemm_int8_applicable admits on gemm_int8
+// (iparams["INT8"] = 1); both then hold the input's quantization in fparams["XSCALE"] and
+// iparams["XOFFSET"] and the weights' grid in vparams["WMULT"].
+void choose_int8_kernels(KernelModule& mod, bool int8_dot);
 // The report's "int8_kernels" object: {enabled (lowered with int8_dot), convs, gemms, blocks:
 // {"b3": "conv" | "gemm"}}.
 nlohmann::json int8_summary(const KernelModule& mod);

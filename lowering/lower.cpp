@@ -1361,8 +1361,8 @@ struct Lowerer {
     // Per stage flops: the anchor's; elementwise members counted by expression nodes (approximate).
     for (auto& out : g.outputs()) mod.graph_outputs.push_back({out, buffer_for(out)});
     if (opt.layout_block > 0) assign_layouts(mod, opt.layout_block);
-    choose_conv_algorithms(mod, opt.conv_algorithm, opt.int8_dot);
-    if (opt.int8_dot) choose_int8_gemms(mod);
+    choose_conv_algorithms(mod, opt.conv_algorithm);
+    choose_int8_kernels(mod, opt.int8_dot);
     mark_prepare_only_inputs();
     plan_memory();
   }

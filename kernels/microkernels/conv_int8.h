@@ -128,11 +128,11 @@ NNFUSE_MK_TILE void conv_int8_tile(const ConvInt8Args& a, const PackedConvInt8& 
     const int64_t q = q0 + std::min<int64_t>(uu, nu - 1), oh = q / a.OW, ow = q % a.OW;
     off[uu] = (oh * a.stride_h * pl.Wp + ow * a.stride_w) * 16;
   }
-  __m512i acc[OCB][UR];
+  __m512i acc[UR][OCB];
 #pragma GCC unroll 16
-  for (int o = 0; o < OCB; ++o)
+  for (int uu = 0; uu < UR; ++uu)
 #pragma GCC unroll 16
-    for (int uu = 0; uu < UR; ++uu) acc[o][uu] = _mm512_setzero_si512();
+    for (int o = 0; o < OCB; ++o) acc[uu][o] = _mm512_setzero_si512();
   const uint8_t* un = u + n * pl.Cb * plane;
   const int8_t* wk = p.w.data() + kb0 * wstride;
   for (int64_t cb = 0; cb < pl.Cb; ++cb) {
@@ -148,29 +148,18 @@ NNFUSE_MK_TILE void conv_int8_tile(const ConvInt8Args& a, const PackedConvInt8& 
 #pragma GCC unroll 16
           for (int o = 0; o < OCB; ++o) wv[o] = _mm512_loadu_si512(wt + o * wstride + j * 64);
 #pragma GCC unroll 16
-          for (int uu = 0; uu < UR; ++uu) {
-            int32_t x4;
-            std::memcpy(&x4, uc + off[uu] + toff + 4 * j, 4);
-            const __m512i xb = _mm512_set1_epi32(x4);
-#pragma GCC unroll 16
-            for (int o = 0; o < OCB; ++o) acc[o][uu] = _mm512_dpbusd_epi32(acc[o][uu], xb, wv[o]);
-          }
+          for (int uu = 0; uu < UR; ++uu) int8_dot_step(acc[uu], uc + off[uu] + toff + 4 * j, wv);
         }
       }
   }
-  // The sums leave the registers once, unrolled, so that the epilogue's loops (not unrolled: each
-  // pass inlines the block's epilogue) index memory and not the accumulators.
-  alignas(64) int32_t sums[OCB][UR][16];
-#pragma GCC unroll 16
-  for (int o = 0; o < OCB; ++o)
-#pragma GCC unroll 16
-    for (int uu = 0; uu < UR; ++uu) _mm512_store_si512(sums[o][uu], acc[o][uu]);
+  alignas(64) int32_t sums[UR][OCB][16];
+  int8_store_sums(sums, acc);
   for (int o = 0; o < OCB; ++o) {
     const int64_t kb = kb0 + o, row = n * Kb + kb;
     const __m512i comp = _mm512_loadu_si512(p.comp.data() + kb * 16);
     const __m512 sc = _mm512_loadu_ps(p.scale.data() + kb * 16);
     for (int uu = 0; uu < nu; ++uu) {
-      const V v(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(sums[o][uu]), comp)), sc));
+      const V v(int8_dequantize16(sums[uu][o], comp, sc));
       ep(v, row, (q0 + uu) * 16).store_unaligned(a.y + (row * a.OH * a.OW + q0 + uu) * 16);
     }
   }

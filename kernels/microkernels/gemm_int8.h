@@ -94,27 +94,16 @@ NNFUSE_MK_TILE void gemm_int8_tile(const GemmInt8Args& a, const PackedGemmInt8& 
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v) wv[v] = _mm512_loadu_si512(wp + v * vstride + kq * 64);
 #pragma GCC unroll 16
-    for (int r = 0; r < MR; ++r) {
-      int32_t x4;
-      std::memcpy(&x4, row0 + r * ld + kq * 4, 4);
-      const __m512i xb = _mm512_set1_epi32(x4);
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], xb, wv[v]);
-    }
+    for (int r = 0; r < MR; ++r) int8_dot_step(acc[r], row0 + r * ld + kq * 4, wv);
   }
-  // The sums leave the registers once, unrolled, so that the epilogue's loops (not unrolled: each
-  // pass inlines the block's epilogue) index memory and not the accumulators.
   alignas(64) int32_t sums[MR][NV][16];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 16
-    for (int v = 0; v < NV; ++v) _mm512_store_si512(sums[r][v], acc[r][v]);
+  int8_store_sums(sums, acc);
   for (int v = 0; v < NV; ++v) {
     const int64_t col = (nb0 + v) * 16, nvalid = std::min<int64_t>(16, a.N - col);
     const __m512i comp = _mm512_loadu_si512(p.comp.data() + col);
     const __m512 sc = _mm512_loadu_ps(p.scale.data() + col);
     for (int r = 0; r < mr; ++r) {
-      const V f(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(sums[r][v]), comp)), sc));
+      const V f(int8_dequantize16(sums[r][v], comp, sc));
       float* c = a.C + (m0 + r) * a.N + col;
       if (nvalid == 16) {
         ep(f, m0 + r, col).store_unaligned(c);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "common.h"
 #if defined(__AVX512VNNI__)
@@ -42,6 +43,33 @@ inline __m128i int8_requantize16(__m512 x, __m512 inv_scale, __m512i offset) {
   __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x, inv_scale)), offset);
   q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_setzero_si512()), _mm512_set1_epi32(255));
   return _mm512_cvtepi32_epi8(q);
+}
+
+// One step of a register tile: the 4 bytes at x (4 consecutive k of one pixel or row) broadcast
+// and dotted into N accumulators with N weight vectors (16 outputs x 4 k each), exactly in int32.
+template <int N>
+inline __attribute__((always_inline)) void int8_dot_step(__m512i (&acc)[N], const uint8_t* x, const __m512i (&w)[N]) {
+  int32_t x4;
+  std::memcpy(&x4, x, 4);
+  const __m512i xb = _mm512_set1_epi32(x4);
+#pragma GCC unroll 16
+  for (int i = 0; i < N; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], xb, w[i]);
+}
+
+// A tile's sums leave the registers once, unrolled, so that the epilogue's loops (not unrolled:
+// each pass inlines the block's epilogue) index memory and not the accumulators: indexed at run
+// time, GCC kept the accumulators themselves in memory and stored them at every k step.
+template <int A, int B>
+inline __attribute__((always_inline)) void int8_store_sums(int32_t (&sums)[A][B][16], const __m512i (&acc)[A][B]) {
+#pragma GCC unroll 16
+  for (int i = 0; i < A; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < B; ++j) _mm512_store_si512(sums[i][j], acc[i][j]);
+}
+
+// 16 outputs as floats: (sum - B * sum(w)) * s_x * s_w, comp and scale as packed per output.
+inline __m512 int8_dequantize16(const int32_t* sum, __m512i comp, __m512 scale) {
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(sum), comp)), scale);
 }
 #endif
 
