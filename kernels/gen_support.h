@@ -32,6 +32,7 @@ constexpr bool is_vec = !std::is_same_v<V, float>;
 // The runtime's parallel-for as the microkernels' ParFor.
 struct Par {
   const nnfuse_exec_ctx* ctx;
+  int threads() const { return ctx ? ctx->threads : 1; }
   template <class Fn>
   void operator()(int64_t n, Fn&& fn) const {
     if (n <= 0) return;

@@ -64,6 +64,15 @@ struct SerialFor {
   }
 };
 
+// The threads a ParFor runs on where it says (the runtime's nf::Par: threads(); a `threads`
+// field), else 1. Kernels may balance their task counts by it; results never depend on it.
+template <class ParFor>
+inline int64_t par_threads(const ParFor& par) {
+  if constexpr (requires { par.threads(); }) return int64_t(par.threads());
+  else if constexpr (requires { par.threads; }) return int64_t(par.threads);
+  else return 1;
+}
+
 // Identity prologue/epilogue: ep(v, row, col) -> v for SIMD batches and scalars.
 struct IdentityEpilogue {
   template <class V>

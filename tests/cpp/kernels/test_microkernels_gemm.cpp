@@ -189,6 +189,55 @@ TEST_CASE("gemm applies prologues to A and B, and gemm_packed matches gemm", "[m
   require_identical(C, C2);
 }
 
+namespace {
+// Serial, but reports `t` threads and records the task counts it is given.
+struct CountingFor {
+  int t;
+  std::vector<int64_t>* seen;
+  int threads() const { return t; }
+  template <class Fn>
+  void operator()(int64_t n, Fn&& fn) const {
+    seen->push_back(n);
+    if (n > 0) fn(int64_t(0), n);
+  }
+};
+}  // namespace
+
+TEST_CASE("gemm balances its column tiles over the threads, bitwise equal to one thread", "[microkernels][gemm]") {
+  // ViT's QKV shape (197 x 2304) gives 9 column tiles by size: on 2 threads the split takes 12.
+  // The task counts a 2- and a 3-thread par-for see are multiples of their threads, and every
+  // element equals the one-thread result bit for bit (K = 300: two K blocks).
+  const int64_t M = 197, N = 2304, K = 300;
+  Tensor A = random_tensor({M, K}, 31), B = random_tensor({K, N}, 32);
+  mk::PackedB<Arch> pb;
+  pb.pack(K, N, B.data<float>(), N, 1);
+  std::vector<float> C1(size_t(M * N)), C2(C1.size()), C3(C1.size());
+  auto g = mk::GemmArgs::matmul(M, N, K, A.data<float>(), false, nullptr, false, C1.data());
+  mk::gemm_packed<Arch>(g, pb, mk::IdentityEpilogue{}, mk::SerialFor{});
+  for (int t : {2, 3}) {
+    INFO(t << " threads");
+    std::vector<int64_t> seen;
+    g.C = (t == 2 ? C2 : C3).data();
+    mk::gemm_packed<Arch>(g, pb, mk::IdentityEpilogue{}, CountingFor{t, &seen});
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0] % t == 0);
+    CHECK(seen[0] >= 9);
+    require_identical(C1, t == 2 ? C2 : C3);
+  }
+  g.C = C2.data();
+  mk::gemm_packed<Arch>(g, pb, mk::IdentityEpilogue{}, TwoThreadFor{});
+  require_identical(C1, C2);
+  // And the values themselves, on a sample of elements (a double-precision dot product).
+  const float* a = A.data<float>();
+  const float* b = B.data<float>();
+  for (int64_t i = 0; i < M * N; i += 997) {
+    const int64_t m = i / N, n = i % N;
+    double want = 0;
+    for (int64_t k = 0; k < K; ++k) want += double(a[m * K + k]) * double(b[k * N + n]);
+    CHECK(std::fabs(double(C1[size_t(i)]) - want) <= 1e-4 * (1 + std::fabs(want)));
+  }
+}
+
 TEST_CASE("gemm with K = 0 writes the epilogue of zero", "[microkernels][gemm]") {
   std::vector<float> C(6, 5.f);
   auto g = mk::GemmArgs::matmul(2, 3, 0, nullptr, false, nullptr, false, C.data());

@@ -54,6 +54,7 @@ Tensor reference(const std::vector<std::pair<std::string, Tensor>>& inputs, Buil
 
 // Splits [0, n) in two halves run on two threads (the second on a new std::thread).
 struct TwoThreadFor {
+  int threads() const { return 2; }  // what kernels balance their task counts for (mk::par_threads)
   template <class Fn>
   void operator()(int64_t n, Fn&& fn) const {
     if (n <= 0) return;
