@@ -43,6 +43,7 @@ std::vector<Tensor> rotary_typed(const KernelContext& c, const std::vector<const
   if (cosc.rank() < 1 || cosc.dim(cosc.rank() - 1) != half)
     c.error("the caches' last dim must be rotary_embedding_dim / 2 = " + std::to_string(half) + ", got " + shape_str(cosc.shape()));
   if (pos) {
+    if (pos->dtype() != DType::Int64) c.error(std::string("position_ids must be int64, not ") + dtype_name(pos->dtype()));
     if (pos->rank() != 2 || pos->dim(0) != B || pos->dim(1) != S)
       c.error("position_ids " + shape_str(pos->shape()) + " must be [" + std::to_string(B) + ", " + std::to_string(S) + "]");
     if (cosc.rank() != 2) c.error("with position_ids the caches must be 2-D [positions, " + std::to_string(half) + "], got " + shape_str(cosc.shape()));
@@ -82,7 +83,13 @@ std::vector<Tensor> rotary_typed(const KernelContext& c, const std::vector<const
 
 void register_nn_rotary_ops(OpRegistry& r) {
   OpSchema s = nn_schema("RotaryEmbedding", 23, 3, 4, 1, 1);
-  s.infer = [](const InferContext& c) { return infer_one(c.input(0)); };
+  s.infer = [](const InferContext& c) {
+    // position_ids is tensor(int64) in the spec; the kernel reads any integer, but the passes that
+    // rewrite the op (decompose-rotary: a Gather at these indices) and other runtimes do not.
+    if (c.has_input(3) && c.input(3).dtype != DType::Int64)
+      c.error(std::string("position_ids must be int64, not ") + dtype_name(c.input(3).dtype));
+    return infer_one(c.input(0));
+  };
   s.kernel = [](const KernelContext& c) {
     return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
       using T = decltype(tag);
