@@ -850,7 +850,37 @@ void pool2d_nchwc(const PoolNchwcArgs& a, const Ep& ep = {}, const ParFor& par =
       float* yb = a.y + row * a.OH * a.OW * L;
       int64_t kl, kh;
       detail::kh_range(oh, a.stride_h, a.pad_top, a.dil_h, a.KH, a.H, kl, kh);
+      // Max pooling's interior columns (every tap inside the row) in runs of 4 pixels without
+      // bounds checks: 4 pixels' chains interleave instead of one pixel's taps waiting on each
+      // other. ResNet-50's 3x3 stride-2 pool 0.205 -> 0.157 ms, YOLOv8's SPPF 5x5 on 128x20x20
+      // 0.089 -> 0.057 ms (session 23). The taps go into the same two alternating accumulators as
+      // the checked loop below, so both give the same bits.
+      int64_t in_lo = a.OW, in_hi = a.OW;
+      if (a.is_max && kl < kh) {
+        const int64_t span = (a.KW - 1) * a.dil_w;
+        in_lo = std::min(a.OW, a.pad_left > 0 ? ceil_div(a.pad_left, a.stride_w) : int64_t(0));
+        const int64_t last = a.W - 1 - span + a.pad_left;  // the last interior pixel's first column
+        in_hi = last < 0 ? in_lo : std::max(in_lo, std::min(a.OW, last / a.stride_w + 1));
+      }
+      constexpr int U = 4;
+      for (int64_t ow = in_lo; ow + U <= in_hi; ow += U) {
+        V acc[U][2];
+        for (int u = 0; u < U; ++u) acc[u][0] = acc[u][1] = V(-std::numeric_limits<float>::infinity());
+        int t = 0;
+        for (int64_t i = kl; i < kh; ++i) {
+          const float* xr = xb + ((oh * a.stride_h - a.pad_top + i * a.dil_h) * a.W + ow * a.stride_w - a.pad_left) * L;
+          for (int64_t kw = 0; kw < a.KW; ++kw, t ^= 1)
+            for (int u = 0; u < U; ++u) acc[u][t] = xsimd::max(acc[u][t], V::load_unaligned(xr + (kw * a.dil_w + u * a.stride_w) * L));
+        }
+        for (int u = 0; u < U; ++u) {
+          const int64_t p = oh * a.OW + ow + u;
+          ep(xsimd::max(acc[u][0], acc[u][1]), row, p * L).store_unaligned(yb + p * L);
+        }
+      }
+      const int64_t fast_end = in_lo + (in_hi - in_lo) / U * U;
       for (int64_t ow = 0; ow < a.OW; ++ow) {
+        if (ow == in_lo && fast_end > in_lo) ow = fast_end;
+        if (ow >= a.OW) break;
         V acc(a.is_max ? -std::numeric_limits<float>::infinity() : 0.f), acc2(acc);
         int64_t cnt = 0;
         for (int64_t i = kl; i < kh; ++i) {

@@ -607,8 +607,11 @@ void nchwc_cases(Checker& ck) {
   }
   // Pooling: max 3x3/2 pad 1, average with and without count_include_pad, global average.
   struct P { int64_t C, H, W, KH, KW, s, p; bool mx, cip; };
+  // Wider max pools take the unchecked runs of 4 interior pixels: ResNet's stem pool, YOLO's
+  // SPPF 5x5 stride 1, a 2x2 stride-2 pool without padding.
   for (P c : {P{19, 11, 13, 3, 3, 2, 1, true, false}, P{19, 11, 13, 3, 3, 2, 1, false, false}, P{5, 7, 8, 3, 2, 1, 1, false, true},
-              P{21, 7, 7, 7, 7, 1, 0, false, false}}) {
+              P{21, 7, 7, 7, 7, 1, 0, false, false}, P{19, 9, 37, 3, 3, 2, 1, true, false}, P{17, 6, 29, 5, 5, 1, 2, true, false},
+              P{16, 8, 22, 2, 2, 2, 0, true, false}}) {
     const int64_t OH = (c.H + 2 * c.p - c.KH) / c.s + 1, OW = (c.W + 2 * c.p - c.KW) / c.s + 1;
     auto x = rnd(size_t(c.C * c.H * c.W), 41);
     std::vector<double> want(size_t(c.C * OH * OW));
