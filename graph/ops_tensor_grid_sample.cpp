@@ -7,8 +7,10 @@
 // reflection, align_corners; any number of spatial axes. Computes in double, following the
 // spec's reference implementation (onnx.reference op_grid_sample) step for step: a coordinate
 // outside the border is clamped or reflected before the taps are taken, and each tap again.
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -41,22 +43,18 @@ GridSampleArgs grid_sample_args(const Node& n, int64_t opset) {
   return a;
 }
 
-// Reflects x by the nearer border until it lies within [lo, hi].
+// Reflects x by the nearer border until it lies within [lo, hi]. The count of reflections stays a
+// double: a far coordinate (a grid value of 1e30) would overflow an integer. A one-point extent
+// (one pixel with align_corners) reflects everything onto it.
 double reflect(double x, double lo, double hi) {
   const double rng = hi - lo;
-  if (x < lo) {
-    const double dx = lo - x;
-    const int64_t k = int64_t(dx / rng);
-    const double r = dx - double(k) * rng;
-    return k % 2 == 0 ? lo + r : hi - r;
-  }
-  if (x > hi) {
-    const double dx = x - hi;
-    const int64_t k = int64_t(dx / rng);
-    const double r = dx - double(k) * rng;
-    return k % 2 == 0 ? hi - r : lo + r;
-  }
-  return x;
+  if (x >= lo && x <= hi) return x;
+  if (!(rng > 0)) return lo;
+  const double dx = x < lo ? lo - x : x - hi;
+  const double k = std::floor(dx / rng), r = std::min(std::max(dx - k * rng, 0.0), rng);
+  const bool even = std::fmod(k, 2.0) == 0;
+  if (x < lo) return even ? lo + r : hi - r;
+  return even ? hi - r : lo + r;
 }
 
 void cubic_coeffs(double x, double (&c)[4]) {
@@ -85,6 +83,13 @@ Tensor grid_sample_typed(const KernelContext& c, const Tensor& X, const Tensor& 
   for (int64_t i = 0; i < r; ++i)
     lo[size_t(i)] = a.align ? 0.0 : -0.5, hi[size_t(i)] = a.align ? double(dims[size_t(i)] - 1) : double(dims[size_t(i)]) - 0.5;
   Tensor Y(X.dtype(), ys);
+  if (S == 0 && P > 0 && N * C > 0) {
+    // No pixel to sample: zero padding reads zeros everywhere; border and reflection have nothing
+    // to clamp or reflect onto.
+    if (a.pad != GridSampleArgs::Zeros) c.error("input " + shape_str(X.shape()) + " has no pixels for border or reflection padding to read");
+    std::fill(Y.data<T>(), Y.data<T>() + Y.numel(), T(0));
+    return Y;
+  }
   const T* x = X.data<T>();
   const T* g = G.data<T>();
   T* y = Y.data<T>();
@@ -114,6 +119,7 @@ Tensor grid_sample_typed(const KernelContext& c, const Tensor& X, const Tensor& 
   for (int64_t n = 0; n < N; ++n)
     for (int64_t p = 0; p < P; ++p) {
       const T* gp = g + (n * P + p) * r;
+      bool nan_point = false;
       for (int64_t i = 0; i < r; ++i) {
         const double v = double(gp[r - 1 - i]);  // grid's last component is the first axis
         const double d = double(dims[size_t(i)]);
@@ -123,6 +129,14 @@ Tensor grid_sample_typed(const KernelContext& c, const Tensor& X, const Tensor& 
           if (a.pad == GridSampleArgs::Border) u = std::min(std::max(u, 0.0), d - 1);
           else if (a.pad == GridSampleArgs::Reflection) u = reflect(u, lo[size_t(i)], hi[size_t(i)]);
         }
+        // Past any tap's reach of the input, zero padding reads zeros whatever the distance: clamp
+        // there so that the index arithmetic below stays in range (a grid value of 1e30 or inf).
+        // A NaN coordinate (or an infinite one reflected) has no position: NaN out.
+        if (std::isnan(u)) {
+          nan_point = true;
+          break;
+        }
+        u = std::min(std::max(u, lo[size_t(i)] - 8), hi[size_t(i)] + 8);
         pos[size_t(i)] = u;
         if (a.mode == GridSampleArgs::Nearest) {
           base[size_t(i)] = int64_t(u);
@@ -138,6 +152,10 @@ Tensor grid_sample_typed(const KernelContext& c, const Tensor& X, const Tensor& 
             w[size_t(i)] = {cc[0], cc[1], cc[2], cc[3]};
           }
         }
+      }
+      if (nan_point) {
+        for (int64_t ch = 0; ch < C; ++ch) y[(n * C + ch) * P + p] = T(std::numeric_limits<double>::quiet_NaN());
+        continue;
       }
       for (int64_t ch = 0; ch < C; ++ch) {
         const T* plane = x + (n * C + ch) * S;

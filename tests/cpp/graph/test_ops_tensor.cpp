@@ -705,3 +705,33 @@ TEST_CASE("MelWeightMatrix: triangles between mel-spaced bins", "[ops][tensor]")
                       Catch::Contains("above the Nyquist frequency"));
   REQUIRE_THROWS_WITH(run1("MelWeightMatrix", {s64(4), s64(0), s64(8000), sf(0), sf(4000)}, {}, 17), Catch::Contains("dft_length"));
 }
+
+TEST_CASE("GridSample: far, NaN and one-point coordinates, and an empty input, stay defined", "[ops][tensor][malformed]") {
+  // fuzz_model found GridSample converting inf to an integer (reflection over an input of width 0);
+  // far coordinates overflowed the same conversions.
+  auto attrs = [](const char* pad, int align = 0) {
+    Attributes a;
+    a.set("padding_mode", Attribute::make_string(pad));
+    a.set("align_corners", Attribute::make_int(align));
+    return a;
+  };
+  const Tensor X = F({1, 1, 2, 3}, {1, 2, 3, 4, 5, 6});
+  // Grid points (x, y): 1e30 and -1e30 far outside, inf, and one inside at the centre of pixel (1, 0).
+  const float inf = std::numeric_limits<float>::infinity();
+  const Tensor G = F({1, 1, 4, 2}, {1e30f, 0.f, -1e30f, 1e30f, inf, -inf, 0.f, -0.5f});
+  check_f(run1("GridSample", {X, G}, attrs("zeros"), 20), {1, 1, 1, 4}, {0, 0, 0, 2});
+  check_f(run1("GridSample", {X, G}, attrs("border"), 20), {1, 1, 1, 4}, {4.5f, 4, 3, 2});
+  const Tensor yr = run1("GridSample", {X, G}, attrs("reflection"), 20);
+  REQUIRE(yr.shape() == Shape{1, 1, 1, 4});
+  for (int i = 0; i < 2; ++i) CHECK(std::isfinite(yr.data<float>()[i]));  // reflected somewhere inside: finite
+  CHECK(std::isnan(yr.data<float>()[2]));                                   // infinity has no reflection
+  CHECK(yr.data<float>()[3] == Approx(2));
+  // A NaN coordinate gives NaN; a one-pixel input with align_corners reflects everything onto it.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(std::isnan(run1("GridSample", {X, F({1, 1, 1, 2}, {nan, 0.f})}, attrs("zeros"), 20).data<float>()[0]));
+  check_f(run1("GridSample", {F({1, 1, 1, 1}, {7}), F({1, 1, 2, 2}, {3.f, -5.f, 0.25f, 1e20f})}, attrs("reflection", 1), 20), {1, 1, 1, 2}, {7, 7});
+  // No pixels: zero padding samples zeros, the others have nothing to read.
+  const Tensor empty(DType::Float32, {1, 1, 7, 0});
+  check_f(run1("GridSample", {empty, G}, attrs("zeros"), 20), {1, 1, 1, 4}, {0, 0, 0, 0});
+  CHECK_THROWS_WITH(run1("GridSample", {empty, G}, attrs("reflection"), 20), Catch::Contains("has no pixels"));
+}
