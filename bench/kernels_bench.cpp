@@ -210,7 +210,7 @@ void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak,
   auto x = random_vec(size_t(mk::nchwc_blocks(cc.C, L) * L * cc.H * cc.W), 3);
   auto w = random_vec(size_t(cc.K * Cg * cc.KH * cc.KH), 4);
   mk::PackedConvNchwc pw;
-  pw.pack(w.data(), cc.K, Cg, cc.KH, cc.KH, L);
+  pw.pack(w.data(), cc.K, Cg, cc.KH, cc.KH, L, 1, depthwise);
   std::vector<float> y(size_t(mk::nchwc_blocks(cc.K, L) * L * a.OH * a.OW));
   a.x = x.data(), a.w = pw.w.data(), a.y = y.data();
   std::vector<decltype(pw.w)> copies;  // the packed type: aligned as the kernels get it

@@ -482,7 +482,7 @@ struct StageEmitter {
                             std::to_string(Cg) + ", ";
       pre << emit_prepare_release(st, packed, winograd ? w + std::to_string(blk)
                                                        : w + std::to_string(ip("KH")) + ", " + std::to_string(ip("KW")) + ", " + std::to_string(blk) +
-                                                             ", " + std::to_string(depthwise ? 1 : G));
+                                                             ", " + std::to_string(depthwise ? 1 : G) + (depthwise ? ", true" : ""));
       body << "  nnfuse::mk::ConvNchwcArgs a;\n";
       geometry("a");
       body << "  a.K = " << K << "; a.depthwise = " << (depthwise ? "true" : "false") << "; a.group = " << (depthwise ? 1 : G)

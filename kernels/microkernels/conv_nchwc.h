@@ -99,38 +99,60 @@ inline bool conv_class_admits(const ConvClass& cc, const ConvNchwcArgs& a) {
   return false;
 }
 
-// Weights [K, Cg, KH, KW] (Cg = C, or 1 for depthwise) -> [Kb, Cg, KH, KW, L], zero padded.
-// Grouped (G > 1, not depthwise; Cg = C / G): [Kb, span, KH, KW, L], block kb's channels being
-// its window's (conv_nchwc_windows), a lane's weight zero for a channel outside its group.
+// Output channel blocks per dense task for vectors of L lanes (the register tile's height,
+// conv_nchwc_ocbmax): 2 with AVX2's 16 vector registers, 4 with 32 (AVX-512, NEON).
+constexpr int64_t conv_nchwc_task_blocks(int64_t L) { return L == 8 ? 2 : 4; }
+
+// Weights [K, Cg, KH, KW] (Cg = C, or 1 for depthwise), zero padded, in output blocks of L
+// channels: block kb's weights fill [kb * span * KH * KW * L, (kb + 1) * ...), span its window's
+// input channels (below). A dense task's blocks (runs of conv_nchwc_task_blocks(L) from each
+// window's start, the last run maybe shorter: nb blocks) are interleaved over that range as
+// [span, KH, KW, nb, L], so that the nb vectors of one tap and channel are adjacent: the kernel
+// addresses them from one pointer by constant displacements (with a stride per block, the strides
+// and the pixel offsets spilled from the registers of the 1x1 loop), and a task's panel is one
+// contiguous stream. Depthwise: [Kb, KH, KW, L] (nb = 1).
+// Grouped (G > 1, not depthwise; Cg = C / G): span is a window's channels (conv_nchwc_windows),
+// a lane's weight zero for a channel outside its group.
 // A grouping the kernel does not take (conv_nchwc_windows: span 0) packs nothing.
 // Dense and depthwise are the one-group case: one window of every block over all Cg channels.
+// Where a dense conv's packed weight vector (output block kb of Kb, input channel ci of span,
+// tap t of taps) starts: the layout pack_conv_nchwc_weights writes for one window.
+inline int64_t conv_nchwc_packed_offset(int64_t kb, int64_t Kb, int64_t ci, int64_t span, int64_t t, int64_t taps, int64_t L) {
+  const int64_t run = conv_nchwc_task_blocks(L), kb0 = kb / run * run, nb = std::min(run, Kb - kb0);
+  return kb0 * span * taps * L + ((ci * taps + t) * nb + (kb - kb0)) * L;
+}
 inline int64_t conv_nchwc_packed_size(int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1) {
   return nchwc_blocks(K, L) * conv_nchwc_windows(Cg * G, K, G, L).span * KH * KW * L;
 }
 inline void pack_conv_nchwc_weights(const float* w, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, float* dst,
-                                    int64_t G = 1) {
+                                    int64_t G = 1, bool depthwise = false) {
   const int64_t ktaps = KH * KW, Kb = nchwc_blocks(K, L);
   const ConvWindows win = conv_nchwc_windows(Cg * G, K, G, L);
   if (win.bpw <= 0) return;  // not taken: conv2d_nchwc refuses it, and its packed size is 0
-  const int64_t Kg = K / G;
-  for (int64_t kb = 0; kb < Kb; ++kb) {
-    const int64_t cw0 = kb / win.bpw * win.span;
-    for (int64_t cl = 0; cl < win.span; ++cl)
-      for (int64_t t = 0; t < ktaps; ++t)
-        for (int64_t l = 0; l < L; ++l) {
-          const int64_t k = kb * L + l, ci = cw0 + cl, g = k / Kg;
-          const bool in_group = k < K && ci >= g * Cg && ci < (g + 1) * Cg;
-          dst[((kb * win.span + cl) * ktaps + t) * L + l] = in_group ? w[(k * Cg + (ci - g * Cg)) * ktaps + t] : 0.f;
-        }
+  const int64_t Kg = K / G, run = depthwise ? 1 : conv_nchwc_task_blocks(L);
+  for (int64_t wb0 = 0; wb0 < Kb; wb0 += win.bpw) {
+    const int64_t wb1 = std::min(Kb, wb0 + win.bpw), cw0 = wb0 / win.bpw * win.span;
+    for (int64_t kb0 = wb0; kb0 < wb1; kb0 += run) {
+      const int64_t nb = std::min(run, wb1 - kb0);
+      float* panel = dst + kb0 * win.span * ktaps * L;
+      for (int64_t cl = 0; cl < win.span; ++cl)
+        for (int64_t t = 0; t < ktaps; ++t)
+          for (int64_t o = 0; o < nb; ++o)
+            for (int64_t l = 0; l < L; ++l) {
+              const int64_t k = (kb0 + o) * L + l, ci = cw0 + cl, g = k / Kg;
+              const bool in_group = k < K && ci >= g * Cg && ci < (g + 1) * Cg;
+              panel[((cl * ktaps + t) * nb + o) * L + l] = in_group ? w[(k * Cg + (ci - g * Cg)) * ktaps + t] : 0.f;
+            }
+    }
   }
 }
 
 // Packed weights owned by a prepare entry point.
 struct PackedConvNchwc {
   AlignedVector<float> w;
-  void pack(const float* src, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1) {
+  void pack(const float* src, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1, bool depthwise = false) {
     w.assign(size_t(conv_nchwc_packed_size(K, Cg, KH, KW, L, G)), 0.f);
-    pack_conv_nchwc_weights(src, K, Cg, KH, KW, L, w.data(), G);
+    pack_conv_nchwc_weights(src, K, Cg, KH, KW, L, w.data(), G, depthwise);
   }
 };
 
@@ -188,14 +210,17 @@ struct NchwcInput {
   }
 };
 
-// The weight panel a dense task reads after the current one (its next input-channel chunk, or
-// the next task's first): `channels` consecutive channels of each output block from w, blocks
-// wstride apart. The first tile of a chunk prefetches it, so that the next chunk's first tile
-// finds its weights in L2 rather than waiting on L3: on 7x7 maps a chunk is only ~9 tiles, and
-// the 1x1 layers there ran 10% slower with their weights in L3 (where a model's are) than in L2.
+// A part of the weight panel a dense 1x1 task reads after the current one (its next input-channel
+// chunk, or the next task's first): `lines` cache lines of 64 bytes from w (a panel is
+// contiguous, see pack_conv_nchwc_weights). The tiles of a chunk prefetch the next panel into L2
+// between them, one line per input channel each, so that the next chunk finds its weights in L2
+// rather than waiting on L3: on 7x7 maps a chunk is only ~9 tiles, and the 1x1 layers there ran
+// 10% slower with their weights in L3 (where a model's are) than in L2. (The first tile issuing
+// the whole panel, four lines per channel, stalled on the prefetches themselves: a quarter of
+// ResNet-50's stage-4 1x1 time sat on them.)
 struct ConvPanelPrefetch {
   const float* w = nullptr;
-  int64_t channels = 0, wstride = 0;
+  int64_t lines = 0;
 };
 
 // The geometry a dense conv walks (a 1x1 / stride-1 / unpadded conv is one row of OH*OW pixels
@@ -207,15 +232,19 @@ struct ConvGeom {
 // The 1x1 tile's channel loop: one tap per input channel, so walk the channels with pointer steps
 // (within a block: the next lane; between blocks: the next block plane) and keep the loop to the
 // FMAs. Pixel u reads at off[u] from a channel's start; OneRow: off[u] = off[0] + u * off-step,
-// computed in the loop (the offsets then need no registers of their own).
-// pf (see ConvPanelPrefetch): the weight panel this task reads next, one line per output block and
-// channel prefetched into L2 alongside the channel's FMAs.
-template <class Arch, int OCB, int UR, bool OneRow>
+// with Step > 0 the step known at compile time (a blocked stride-1 row: one block of lanes), so
+// that the broadcasts address by constant displacements. Holding six pixel offsets and the
+// prefetch pointers in registers besides the weight strides spilled them to the stack: 8 more
+// loads per 24 FMAs, and ResNet-50's 1x1 layers ran at 62-79% of the FMA peak.
+// Prefetch (pf, see ConvPanelPrefetch): this tile's part of the weight panel the task reads next,
+// one line per channel prefetched into L2 alongside the channel's FMAs, in its own instantiation,
+// so that the tiles with nothing to prefetch carry no prefetch state.
+template <class Arch, int OCB, int UR, bool OneRow, int64_t Step, bool Prefetch>
 inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInput& in, int64_t n, int64_t c0, int64_t c1,
-                                    const float* wc, int64_t wstride, const int64_t (&off)[UR], const ConvPanelPrefetch& pf) {
+                                    const float* wc, const int64_t (&off)[UR], const ConvPanelPrefetch& pf) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
-  const int64_t step = UR > 1 ? off[1] - off[0] : 0;
+  const int64_t step = Step > 0 ? Step : UR > 1 ? off[1] - off[0] : 0;
   // An index into the next panel, not a pointer: pf.w is null when there is none to prefetch, and
   // stepping a null pointer is undefined (UBSan's job flagged it).
   int64_t pfi = 0;
@@ -223,14 +252,58 @@ inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInp
     const int64_t cend = in.blocked ? std::min(c1, (ci / in.L + 1) * in.L) : c1;
     const int64_t cstep = in.blocked ? 1 : in.cstride;
     const float* xp = in.chan(n, ci) + off[0];
-    for (; ci < cend; ++ci, xp += cstep, wc += L, ++pfi) {
-      if (pfi < pf.channels)
-        for (int o = 0; o < OCB; ++o) __builtin_prefetch(pf.w + pfi * L + o * pf.wstride, 0, 2);
+    for (; ci < cend; ++ci, xp += cstep, wc += OCB * L) {
+      if constexpr (Prefetch) {
+        if (pfi < pf.lines) __builtin_prefetch(pf.w + pfi * 16, 0, 2);  // 16 floats: one line
+        ++pfi;
+      }
       V wv[OCB];
-      for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride);
+      for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * L);
       for (int u = 0; u < UR; ++u) {
         const V xv(OneRow ? xp[u * step] : xp[off[u] - off[0]]);
         for (int o = 0; o < OCB; ++o) acc[o][u] = xsimd::fma(xv, wv[o], acc[o][u]);
+      }
+    }
+  }
+}
+
+// The general tile's channel loop: every tap of kernel rows [kh_lo, kh_hi) per input channel.
+// Channels are walked with pointer steps as in the 1x1 loop (a division per channel to find its
+// block was ~5% of a 3x3 conv), and a kernel width the class fixes (KWc > 0) unrolls the tap row.
+// Check: taps in the padding read a zero instead of branching, so the accumulators stay in
+// registers on the border path too; pixels from nu on do no work.
+template <class Arch, int OCB, int UR, bool Check, int64_t KWc>
+inline void conv_nchwc_spatial_channels(vfloat<Arch> (&acc)[OCB][UR], const ConvGeom& g, const NchwcInput& in, int64_t n,
+                                        int64_t c0, int64_t c1, const float* w, int64_t kh_lo, int64_t kh_hi,
+                                        int64_t nu, const int64_t (&ih0)[UR], const int64_t (&iw0)[UR], const int64_t (&off)[UR]) {
+  using V = vfloat<Arch>;
+  constexpr int64_t L = int64_t(V::size);
+  const int64_t KW = KWc > 0 ? KWc : g.KW, tapsL = g.KH * KW * OCB * L;
+  const int64_t rstep = g.dh * in.sh, cstep_tap = g.dw * in.sw;
+  for (int64_t ci = c0; ci < c1;) {
+    const int64_t cend = in.blocked ? std::min(c1, (ci / in.L + 1) * in.L) : c1;
+    const int64_t cstep = in.blocked ? 1 : in.cstride;
+    const float* xc = in.chan(n, ci);
+    const float* wc = w + ci * tapsL;
+    for (; ci < cend; ++ci, xc += cstep, wc += tapsL) {
+      for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
+        const float* xr = xc + kh * rstep;
+        const float* wr = wc + kh * KW * OCB * L;
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          V wv[OCB];
+          for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wr + (kw * OCB + o) * L);
+          for (int u = 0; u < UR; ++u) {
+            if constexpr (Check)
+              if (u >= nu) break;
+            const float* xp = xr + off[u] + kw * cstep_tap;
+            if constexpr (Check) {
+              const int64_t ih = ih0[u] + kh * g.dh, iw = iw0[u] + kw * g.dw;
+              xp = (uint64_t(ih) < uint64_t(g.H) && uint64_t(iw) < uint64_t(g.W)) ? xp : kZeros;
+            }
+            const V xv(*xp);
+            for (int o = 0; o < OCB; ++o) acc[o][u] = xsimd::fma(xv, wv[o], acc[o][u]);
+          }
+        }
       }
     }
   }
@@ -246,7 +319,7 @@ inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInp
 // has no taps to check, and the pixel count nu is tested at run time), and compiles no general
 // tap loop; a Spatial or Depthwise class compiles no 1x1 loop.
 template <class Arch, ConvClass CC, int OCB, int UR, bool Check, class Ep>
-NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, const float* w, int64_t wstride, float* y,
+NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, const float* w, float* y,
                             int64_t ystride, int64_t n, int64_t row0, int64_t oh, int64_t ow, int64_t nu, int64_t c0, int64_t c1,
                             bool first, bool last, const Ep& ep, const ConvPanelPrefetch& pf = {}) {
   using V = vfloat<Arch>;
@@ -277,13 +350,19 @@ NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, con
       // 1x1: one tap per input channel, so walk the channels with pointer steps (within a block:
       // the next lane; between blocks: the next block plane) and keep the loop to the FMAs.
       // Within a row pixel u reads u steps on; across a row change, at its own offset.
+      const bool prefetch = pf.lines > 0;
       if (one_row && nu == UR) {
         const int64_t base = (oh * g.sh - g.pt) * in.sh + (ow * g.sw - g.pl) * in.sw, step = g.sw * in.sw;
         for (int u = 0; u < UR; ++u) off[u] = base + u * step;
-        conv_nchwc_1x1_channels<Arch, OCB, UR, true>(acc, in, n, c0, c1, w + c0 * L, wstride, off, pf);
+        if (step == L && !prefetch)
+          conv_nchwc_1x1_channels<Arch, OCB, UR, true, L, false>(acc, in, n, c0, c1, w + c0 * OCB * L, off, pf);
+        else if (step == L)
+          conv_nchwc_1x1_channels<Arch, OCB, UR, true, L, true>(acc, in, n, c0, c1, w + c0 * OCB * L, off, pf);
+        else
+          conv_nchwc_1x1_channels<Arch, OCB, UR, true, 0, true>(acc, in, n, c0, c1, w + c0 * OCB * L, off, pf);
       } else {
         fill();
-        conv_nchwc_1x1_channels<Arch, OCB, UR, false>(acc, in, n, c0, c1, w + c0 * L, wstride, off, pf);
+        conv_nchwc_1x1_channels<Arch, OCB, UR, false, 0, true>(acc, in, n, c0, c1, w + c0 * OCB * L, off, pf);
       }
       c1 = c0;  // done: skip the general loop
     }
@@ -295,30 +374,10 @@ NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, con
     int64_t kh_lo, kh_hi, unused;
     kh_range(one_row ? oh : (q0 + nu - 1) / g.OW, g.sh, g.pt, g.dh, g.KH, g.H, kh_lo, unused);
     kh_range(oh, g.sh, g.pt, g.dh, g.KH, g.H, unused, kh_hi);
-    for (int64_t ci = c0; ci < c1; ++ci) {
-      const float* xc = in.chan(n, ci);
-      const float* wc = w + ci * taps * L;
-      for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {
-        for (int64_t kw = 0; kw < g.KW; ++kw) {
-          V wv[OCB];
-          for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wc + o * wstride + (kh * g.KW + kw) * L);
-          const int64_t toff = kh * g.dh * in.sh + kw * g.dw * in.sw;
-          for (int u = 0; u < UR; ++u) {
-            if constexpr (Check)
-              if (u >= nu) break;  // a short tile does no work for its missing pixels
-            const float* xp = xc + off[u] + toff;
-            // Taps in the padding read a zero instead of branching, so the accumulators stay in
-            // registers on the border path too.
-            if constexpr (Check) {
-              const int64_t ih = ih0[u] + kh * g.dh, iw = iw0[u] + kw * g.dw;
-              xp = (uint64_t(ih) < uint64_t(g.H) && uint64_t(iw) < uint64_t(g.W)) ? xp : kZeros;
-            }
-            const V xv(*xp);
-            for (int o = 0; o < OCB; ++o) acc[o][u] = xsimd::fma(xv, wv[o], acc[o][u]);
-          }
-        }
-      }
-    }
+    if constexpr (CC.kw > 0)
+      conv_nchwc_spatial_channels<Arch, OCB, UR, Check, CC.kw>(acc, g, in, n, c0, c1, w, kh_lo, kh_hi, nu, ih0, iw0, off);
+    else
+      conv_nchwc_spatial_channels<Arch, OCB, UR, Check, 0>(acc, g, in, n, c0, c1, w, kh_lo, kh_hi, nu, ih0, iw0, off);
   }
   for (int o = 0; o < OCB; ++o)
     for (int u = 0; u < UR; ++u) {
@@ -332,7 +391,7 @@ NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, con
 // registers, 4 with 32 (AVX-512, NEON).
 template <class Arch>
 constexpr int conv_nchwc_ocbmax() {
-  return vfloat<Arch>::size == 8 ? 2 : 4;
+  return int(conv_nchwc_task_blocks(int64_t(vfloat<Arch>::size)));
 }
 
 // Whether a dense task of `ocb` output blocks occurs in class CC: tasks take conv_nchwc_ocbmax
@@ -390,24 +449,29 @@ inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const Nch
   constexpr int UR = conv_nchwc_ur<Arch>(OCB);
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   const int64_t Kb = nchwc_blocks(a.K, L), taps = g.KH * g.KW;
-  const int64_t wstride = wspan * taps * L, ystride = g.OH * g.OW * L;
-  const float* w = a.w + kb0 * wstride;
+  const int64_t ystride = g.OH * g.OW * L;
+  const float* w = a.w + kb0 * wspan * taps * L;  // this task's panel: [wspan, taps, OCB, L]
   float* y = a.y + (n * Kb + kb0) * ystride;
   for (int64_t c0 = 0; c0 < cin; c0 += cchunk) {
     const int64_t c1 = std::min(cin, c0 + cchunk);
     const bool first = c0 == 0, last = c1 == cin;
-    // The next panel: this task's next chunk, or after the last one the next output blocks' first.
-    ConvPanelPrefetch pf;
+    // The next panel: this task's next chunk, or after the last one the next output blocks' first
+    // (its size in lines of 16 floats); tile i prefetches lines [i * (c1 - c0), ...) of it.
+    ConvPanelPrefetch next;
     if constexpr (CC.kind == ConvKind::Pointwise) {
-      if (c1 < cin) pf = {w + c1 * L, std::min(cin, c1 + cchunk) - c1, wstride};
-      else if (kb0 + OCB < Kb) pf = {w + OCB * wstride, std::min(cin, cchunk), wstride};
+      if (c1 < cin) next = {w + c1 * OCB * L, ceil_div((std::min(cin, c1 + cchunk) - c1) * OCB * L, int64_t(16))};
+      else if (kb0 + OCB < Kb)
+        next = {w + OCB * wspan * L, ceil_div(std::min(cin, cchunk) * std::min<int64_t>(OCB, Kb - kb0 - OCB) * L, int64_t(16))};
     }
-    for (int64_t q = q0, oh = q0 / g.OW, ow = q0 % g.OW; q < q1; q += UR) {
+    const int64_t share = c1 - c0;
+    for (int64_t q = q0, oh = q0 / g.OW, ow = q0 % g.OW, ti = 0; q < q1; q += UR, ++ti) {
       const int64_t nu = std::min<int64_t>(UR, q1 - q);
       const int64_t row0 = n * Kb + kb0;
       if constexpr (CC.kind == ConvKind::Pointwise) {  // every tap inside: one tile for all
-        conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, wstride, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep,
-                                                  q == q0 ? pf : ConvPanelPrefetch{});
+        const int64_t done = ti * share;
+        const ConvPanelPrefetch pf =
+            next.lines > done ? ConvPanelPrefetch{next.w + done * 16, std::min(share, next.lines - done)} : ConvPanelPrefetch{};
+        conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep, pf);
       } else {
         // Interior: UR pixels whose taps all lie inside the input (the first and last pixel
         // decide within a row).
@@ -418,9 +482,9 @@ inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const Nch
           for (int64_t u = 0, h = oh, c = ow; interior && u < UR; ++u, c = c + 1 == g.OW ? 0 : c + 1, h += c == 0)
             interior = conv_pixel_interior(g, h, c);
         if (interior)
-          conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, wstride, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
+          conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
         else
-          conv_nchwc_tile<Arch, CC, OCB, UR, true>(g, in, w, wstride, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
+          conv_nchwc_tile<Arch, CC, OCB, UR, true>(g, in, w, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
       }
       ow += UR;
       if (ow >= g.OW) oh += ow / g.OW, ow %= g.OW;

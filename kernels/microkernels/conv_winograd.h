@@ -44,7 +44,8 @@ struct WinogradTile {
   static constexpr int T = M + 2, P = T * T;
 };
 
-// Transformed weights: [T*T][Kb][C][L] (each xi slice in the 1x1 NCHWc packed layout), computed
+// Transformed weights: T*T slices of Kb*C*L, each in the 1x1 NCHWc packed layout (conv_nchwc.h,
+// pack_conv_nchwc_weights: a dense task's output blocks interleaved per channel), computed
 // in double from [K, C, 3, 3].
 template <int M>
 struct PackedConvWinogradM {
@@ -69,7 +70,7 @@ struct PackedConvWinogradM {
         for (int i = 0; i < T; ++i)
           for (int j = 0; j < T; ++j) {
             const double v = t[i][0] * G(j, 0) + t[i][1] * G(j, 1) + t[i][2] * G(j, 2);
-            u[size_t((i * T + j) * sl + ((k / L) * C + c) * L + k % L)] = float(v);
+            u[size_t((i * T + j) * sl + conv_nchwc_packed_offset(k / L, nchwc_blocks(K, L), c, C, 0, 1, L) + k % L)] = float(v);
           }
       }
   }

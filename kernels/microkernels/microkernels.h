@@ -106,8 +106,9 @@
 // [N*Cb, OH*OW*L] view: a batch is L channels of one pixel).
 // conv2d_nchwc<Arch>(ConvNchwcArgs, ep, par)  group 1 (input NCHW<L>c or plain NCHW), depthwise
 //   (group == C == K, blocked input), or grouped by whole blocks (conv_nchwc_windows; any other
-//   grouping returns false); weights packed by pack_conv_nchwc_weights to [Kb, Cg, KH, KW, L]
-//   (grouped: [Kb, window span, KH, KW, L]);
+//   grouping returns false); weights packed by pack_conv_nchwc_weights (its depthwise flag set
+//   for a depthwise conv): each task's run of up to 4 output blocks as [Cg, KH, KW, blocks, L]
+//   (grouped: Cg the window's span; depthwise: [Kb, KH, KW, L]);
 //   register-blocked over up to 4 output blocks x UR pixels; a 1x1/stride-1/unpadded conv walks the
 //   plane as one row. conv2d_nchwc<Arch, ConvClass{kind, K, kw, sw, dw, w, g}> compiles only the
 //   paths of that class (Pointwise / Spatial / Depthwise, output channels K, kernel width, column

@@ -84,6 +84,36 @@ const std::vector<ConvCase> kCases = {
 
 }  // namespace
 
+TEST_CASE("packed conv weights interleave a dense task's output blocks per channel and tap", "[microkernels][conv]") {
+  // The NCHWc kernel reads the (up to 4, AVX2: 2) output blocks of its task for one input channel
+  // and tap from one pointer: vector o of (channel ci, tap t) at ((ci * taps + t) * nb + o) * L in
+  // the task's panel. K = 72 on 16 lanes is 5 blocks (the last half full): a run of 4 and a last
+  // run of 1; on 8 lanes 9 blocks: 4 runs of 2 and one of 1.
+  for (int64_t L : {int64_t(16), int64_t(8)}) {
+    const int64_t K = 72, C = 5, KH = 3, KW = 2, taps = KH * KW, Kb = mk::nchwc_blocks(K, L);
+    std::vector<float> w(size_t(K * C * taps));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = float(i + 1);
+    mk::PackedConvNchwc p;
+    p.pack(w.data(), K, C, KH, KW, L);
+    REQUIRE(int64_t(p.w.size()) == Kb * C * taps * L);
+    const int64_t run = mk::conv_nchwc_task_blocks(L);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t ci = 0; ci < C; ++ci)
+        for (int64_t t = 0; t < taps; ++t) {
+          const int64_t kb = k / L, kb0 = kb / run * run, nb = std::min(run, Kb - kb0);
+          const int64_t at = kb0 * C * taps * L + ((ci * taps + t) * nb + (kb - kb0)) * L + k % L;
+          INFO("L " << L << " k " << k << " ci " << ci << " t " << t);
+          CHECK(mk::conv_nchwc_packed_offset(kb, Kb, ci, C, t, taps, L) + k % L == at);
+          CHECK(p.w[size_t(at)] == w[size_t((k * C + ci) * taps + t)]);
+        }
+    // Depthwise keeps one block per run: [Kb, KH, KW, L].
+    mk::PackedConvNchwc d;
+    d.pack(w.data(), K, 1, KH, KW, L, 1, true);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t t = 0; t < taps; ++t) CHECK(d.w[size_t(((k / L) * taps + t) * L + k % L)] == w[size_t(k * taps + t)]);
+  }
+}
+
 TEST_CASE("packed conv weights start on a 64-byte boundary", "[microkernels][conv]") {
   // The kernels read packed weight panels as whole vectors; from std::vector's 16-byte alignment
   // each AVX-512 load straddled two cache lines (a ResNet-50 3x3 conv 10-13% slower). Sizes that

@@ -478,7 +478,7 @@ void nchwc_cases(Checker& ck) {
     const std::vector<double> want = naive_conv_bias_relu(x, w, bias, c.N, c.C, c.H, c.W, c.K, c.KH, c.KW, c.s, c.p, c.d, c.dw ? c.C : c.g);
     auto xb = c.xblk ? to_blocked(x, c.N, c.C, c.H * c.W, L) : x;
     mk::PackedConvNchwc pw;
-    pw.pack(w.data(), c.K, Cg, c.KH, c.KW, L, c.dw ? 1 : c.g);
+    pw.pack(w.data(), c.K, Cg, c.KH, c.KW, L, c.dw ? 1 : c.g, c.dw);
     std::vector<float> bpad(size_t(Kb * L), 0.f);
     std::copy(bias.begin(), bias.end(), bpad.begin());
     mk::ConvNchwcArgs a;
