@@ -204,7 +204,6 @@ void bench_conv(const ConvCase& cc, const ThreadFor& par, int reps, double peak,
   a.pad_top = a.pad_left = cc.KH / 2;
   a.OH = (cc.H + 2 * a.pad_top - cc.KH) / cc.stride + 1;
   a.OW = (cc.W + 2 * a.pad_left - cc.KH) / cc.stride + 1;
-  a.threads = par.threads;
   a.depthwise = depthwise;
   const int64_t Cg = depthwise ? 1 : cc.C;
   auto x = random_vec(size_t(mk::nchwc_blocks(cc.C, L) * L * cc.H * cc.W), 3);
@@ -290,7 +289,7 @@ void bench_nchw_vs_blocked(const NchwCase& c, const ThreadFor& par, int reps, do
   mk::ConvNchwcArgs b;
   b.N = c.N, b.C = c.C, b.H = c.H, b.W = c.W, b.K = c.K, b.KH = c.KH, b.KW = c.KW, b.OH = OH, b.OW = OW;
   b.stride_h = a.stride_h, b.stride_w = c.stride, b.pad_top = c.pad_h, b.pad_left = c.pad_w, b.group = c.G;
-  b.x = x.data(), b.x_blocked = false, b.w = pw.w.data(), b.y = yb.data(), b.threads = par.threads;
+  b.x = x.data(), b.x_blocked = false, b.w = pw.w.data(), b.y = yb.data();
   const double t_nchw = seconds_of([&] { mk::conv2d<Arch>(a, mk::IdentityEpilogue{}, par); }, reps);
   bool taken = true;
   const double t_blk = seconds_of([&] { taken = mk::conv2d_nchwc<Arch>(b, mk::IdentityEpilogue{}, par); }, reps);

@@ -46,7 +46,7 @@ extern "C" int nnfuse_conv_probe(const int64_t* g, int64_t n, double* out) {
   for (int64_t i = 0; i < n; ++i, g += 10, out += 3) {
     mk::ConvNchwcArgs a;
     a.N = g[0], a.C = g[1], a.H = g[2], a.W = g[3], a.K = g[4], a.OH = g[5], a.OW = g[6];
-    a.KH = a.KW = 3, a.pad_top = g[7], a.pad_left = g[8], a.threads = 1;
+    a.KH = a.KW = 3, a.pad_top = g[7], a.pad_left = g[8];
     const int64_t mask = g[9];
     std::vector<float> x(size_t(a.N * mk::nchwc_blocks(a.C, nf::L) * nf::L * a.H * a.W)), w(size_t(a.K * a.C * 9));
     std::vector<float> y(size_t(a.N * mk::nchwc_blocks(a.K, nf::L) * nf::L * a.OH * a.OW));

@@ -435,7 +435,7 @@ struct StageEmitter {
                                     ", " + flt(st.fparams.at("XSCALE") * alpha) + ", " + xoffset + ", " + mult);
     body << kNeedsVnni;
     body << "  nnfuse::mk::GemmInt8Args q;\n  q.M = " << M << "; q.N = " << N << "; q.K = " << K << "; q.A = " << a << "; q.C = " << y
-         << ";\n  q.x_scale = " << flt(st.fparams.at("XSCALE")) << "; q.x_offset = " << xoffset << "; q.threads = ctx ? ctx->threads : 1;\n";
+         << ";\n  q.x_scale = " << flt(st.fparams.at("XSCALE")) << "; q.x_offset = " << xoffset << ";\n";
     body << "  const auto& pb = *static_cast<const nnfuse::mk::PackedGemmInt8*>(B[" << st.prepared << "]);\n";
     body << "  if (!nnfuse::mk::gemm_int8<nf::A, " << (N + 15) / 16 << ">(q, pb, ep, par)) nf::shape_class_error(ctx);\n";
   }
@@ -467,7 +467,6 @@ struct StageEmitter {
       body << "  a.K = " << ip("CO") << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false") << "; a.x_scale = " << xscale
            << "; a.x_offset = " << xoffset << ";\n";
       body << "  a.x = " << x << "; a.y = " << y << ";\n";
-      body << "  a.threads = " << (serial_anchor() ? "1" : "ctx ? ctx->threads : 1") << ";\n";
       body << "  const auto& packed = *static_cast<const nnfuse::mk::PackedConvInt8*>(B[" << st.prepared << "]);\n";
       body << "  if (!nnfuse::mk::conv2d_int8_nchwc<nf::A, " << (ip("CO") + 15) / 16 << ">(a, packed, ep, par)) nf::shape_class_error(ctx);\n";
     } else if (st.anchor_op == "Conv") {
@@ -488,7 +487,6 @@ struct StageEmitter {
       body << "  a.K = " << K << "; a.depthwise = " << (depthwise ? "true" : "false") << "; a.group = " << (depthwise ? 1 : G)
            << "; a.x_blocked = " << (ip("XBLK") ? "true" : "false") << ";\n";
       body << "  a.x = " << x << "; a.y = " << y << ";\n";
-      body << "  a.threads = " << (serial_anchor() ? "1" : "ctx ? ctx->threads : 1") << ";\n";
       body << "  const auto& packed = *static_cast<const " << packed << "*>(B[" << st.prepared << "]);\n";
       // The conv's shape class (kernels/microkernels/conv_nchwc.h): the instantiation holds only
       // the tile paths these static shapes take. `pointwise` is mk::conv_pointwise_geometry's test

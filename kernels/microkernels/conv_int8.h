@@ -34,7 +34,6 @@ struct ConvInt8Args {
   const float* x = nullptr;
   bool x_blocked = true;   // input NCHW16c, or plain NCHW
   float* y = nullptr;      // NCHW16c output
-  int64_t threads = 1;
   float x_scale = 1.f;     // s_x
   int32_t x_offset = 0;    // B: round(x / s_x) + B lies in [0, 255] (B = z - the type's lowest)
 };

@@ -29,7 +29,6 @@ struct ConvNchwcArgs {
   bool x_blocked = true;   // input NCHW<L>c, or plain NCHW (the first conv of a blocked chain)
   const float* w = nullptr;  // packed by pack_conv_nchwc_weights
   float* y = nullptr;        // NCHW<L>c output
-  int64_t threads = 1;       // workers of the par-for: how finely to split (results never depend on it)
 };
 
 // What the code generator knows about a convolution when it emits the call. An instantiation
@@ -508,6 +507,14 @@ inline void conv_nchwc_task_of(int64_t ocb, const ConvNchwcArgs& a, const ConvGe
   }
 }
 
+// Blocks one row of a plain NCHW input: n pixels `step` apart from src (channel c0's first), the
+// lanes of channels c0 .. c0 + lanes (planes `plane` apart) into d as n vectors of L, lanes past
+// the input's channels zero. Both of the dense conv's input copies use it.
+inline void gather_plain_row(float* d, const float* src, int64_t n, int64_t step, int64_t plane, int64_t lanes, int64_t L) {
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t l = 0; l < L; ++l) d[j * L + l] = l < lanes ? src[l * plane + j * step] : 0.f;
+}
+
 template <class Arch, ConvClass CC, class Ep, class ParFor>
 void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
@@ -552,11 +559,7 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
           if (a.x_blocked) {
             std::memcpy(d + w0 * L, a.x + t * a.H * a.W * L + ih * a.W * L, size_t(wn * L) * sizeof(float));
           } else {
-            for (int64_t j = 0; j < wn; ++j) {
-              float* dp = d + (w0 + j) * L;
-              const float* sp = plane + ih * a.W + j;
-              for (int64_t l = 0; l < L; ++l) dp[l] = l < lanes ? sp[l * a.H * a.W] : 0.f;
-            }
+            gather_plain_row(d + w0 * L, plane + ih * a.W, wn, 1, a.H * a.W, lanes, L);
           }
           std::memset(d + (w0 + wn) * L, 0, size_t((Wp - w0 - wn) * L) * sizeof(float));
         }
@@ -583,9 +586,7 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
           const float* src = a.x + (nb * a.H + oh * a.stride_h) * a.W * L;
           for (int64_t ow = 0; ow < a.OW; ++ow) std::memcpy(d + ow * L, src + ow * a.stride_w * L, size_t(L) * sizeof(float));
         } else {
-          const float* src = a.x + ((n * a.C + c0) * a.H + oh * a.stride_h) * a.W;
-          for (int64_t ow = 0; ow < a.OW; ++ow)
-            for (int64_t l = 0; l < L; ++l) d[ow * L + l] = l < lanes ? src[l * a.H * a.W + ow * a.stride_w] : 0.f;
+          gather_plain_row(d, a.x + ((n * a.C + c0) * a.H + oh * a.stride_h) * a.W, a.OW, a.stride_w, a.H * a.W, lanes, L);
         }
       }
     });
@@ -609,10 +610,11 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   // the checked path.)
   const int64_t ocb = std::min<int64_t>(OCBMAX, std::min(win.bpw, Kb)), UR = conv_nchwc_ur<Arch>(int(ocb));
   const int64_t qmax = std::max<int64_t>(UR, 16384 / (ocb * L) / UR * UR);
-  const int64_t want = 4 * std::max<int64_t>(1, a.threads), nseg_want = std::max<int64_t>(1, ceil_div(want, a.N * kgroups));
+  const int64_t threads = par_threads(par);  // how finely to split (results never depend on it)
+  const int64_t want = 4 * std::max<int64_t>(1, threads), nseg_want = std::max<int64_t>(1, ceil_div(want, a.N * kgroups));
   const int64_t qseg = std::min(qmax, ceil_div(ceil_div(P, nseg_want), UR) * UR), nseg = ceil_div(P, qseg);
   const int64_t tasks = a.N * kgroups * nseg;
-  const bool pixels_outer = conv_pixels_outermost(a.threads, a.K * win.span / a.C, a.KH * a.KW, a.H, a.W);
+  const bool pixels_outer = conv_pixels_outermost(threads, a.K * win.span / a.C, a.KH * a.KW, a.H, a.W);
   par(tasks, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t n = t / (nseg * kgroups), i = t % (nseg * kgroups);
@@ -724,7 +726,7 @@ void conv_nchwc_depthwise_direct(const ConvNchwcArgs& a, const Ep& ep, const Par
   constexpr int64_t L = int64_t(V::size);
   constexpr int UR = dw_direct_ur<Arch, S>();
   const int64_t Cb = nchwc_blocks(a.C, L);
-  const bool rows_outer = conv_pixels_outermost(a.threads, a.C, 1, a.H, a.W);
+  const bool rows_outer = conv_pixels_outermost(par_threads(par), a.C, 1, a.H, a.W);
   par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     for (int64_t t = lo; t < hi; ++t) {
       int64_t oh, row, cb;
@@ -856,7 +858,7 @@ void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& pa
   // admits no other width, kernel width or stride, so it never gets here).
   if constexpr (dw_generic_used<Arch, CC>()) {
     const int64_t Cb = nchwc_blocks(a.C, L);
-    const bool rows_outer = conv_pixels_outermost(a.threads, a.C, 1, a.H, a.W);
+    const bool rows_outer = conv_pixels_outermost(par_threads(par), a.C, 1, a.H, a.W);
     par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
       for (int64_t t = lo; t < hi; ++t) {
         int64_t oh, row, cb;

@@ -263,7 +263,7 @@ bool conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>&
   const detail::ConvGeom g1{1, wg.T, 1, wg.T, 1, 1, 1, 1, 0, 0, 1, 1};
   const int64_t cchunk = std::max<int64_t>(1, 32768 / (OCBMAX * L));
   const int64_t qmax = std::max<int64_t>(UR, 16384 / (OCBMAX * L) / UR * UR);
-  const int64_t want = 4 * std::max<int64_t>(1, a.threads);
+  const int64_t want = 4 * std::max<int64_t>(1, par_threads(par));
   const int64_t nseg_want = std::max<int64_t>(1, ceil_div(want, P * kgroups));
   const int64_t qseg = std::min(qmax, ceil_div(ceil_div(wg.T, nseg_want), UR) * UR), nseg = ceil_div(wg.T, qseg);
   par(P * kgroups * nseg, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {

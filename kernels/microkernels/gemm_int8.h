@@ -19,7 +19,6 @@ struct GemmInt8Args {
   int64_t M = 0, N = 0, K = 0;  // rows: every batch element's rows, contiguous in A and C
   const float* A = nullptr;     // A(m, k) = A[m * K + k]
   float* C = nullptr;           // C(m, n) = C[m * N + n]
-  int64_t threads = 1;
   float x_scale = 1.f;          // A's s_x
   int32_t x_offset = 0;         // A's B (int8_common.h)
 };

@@ -28,6 +28,7 @@ inline std::vector<float> rnd(size_t n, unsigned seed) {
 }
 
 struct Two {
+  int threads() const { return 2; }  // what the kernels split their work for (mk::par_threads)
   template <class Fn>
   void operator()(int64_t n, Fn&& fn) const {
     if (n <= 0) return;
@@ -35,6 +36,17 @@ struct Two {
     std::thread t([&] { if (mid < n) fn(mid, n); });
     if (mid > 0) fn(int64_t(0), mid);
     t.join();
+  }
+};
+
+// Runs serially but tells the kernels it has `n` workers (mk::par_threads), so that they split
+// their work into as many tasks as for n threads: the results must not change.
+struct SerialAs {
+  int64_t n = 1;
+  int64_t threads() const { return n; }
+  template <class Fn>
+  void operator()(int64_t count, Fn&& fn) const {
+    if (count > 0) fn(int64_t(0), count);
   }
 };
 
@@ -366,9 +378,8 @@ void winograd_cases(Checker& ck) {
     for (int par = 0; par < 3; ++par) {
       std::vector<float> yb(size_t(c.N * Kb * OH * OW * L), std::nanf(""));
       a.y = yb.data();
-      a.threads = par == 0 ? 1 : par == 1 ? 2 : 7;
       if (par == 1) mk::conv2d_nchwc_winograd<Arch>(a, pw, BlockedBiasRelu<Arch>{bpad.data(), Kb}, Two{});
-      else mk::conv2d_nchwc_winograd<Arch>(a, pw, BlockedBiasRelu<Arch>{bpad.data(), Kb});
+      else mk::conv2d_nchwc_winograd<Arch>(a, pw, BlockedBiasRelu<Arch>{bpad.data(), Kb}, SerialAs{par == 0 ? 1 : 7});
       out[par].resize(want.size());
       mk::nchwc_to_nchw(yb.data(), c.N, c.K, OH * OW, L, out[par].data());
     }
@@ -377,7 +388,7 @@ void winograd_cases(Checker& ck) {
     ck.same(what.c_str(), out[0], out[2]);
     if (c.K == 20 || c.K == 40) {  // the products' task shapes of that K only; another K refused
       std::vector<float> yc(size_t(c.N * Kb * OH * OW * L), std::nanf("")), got(want.size());
-      a.y = yc.data(), a.threads = 1;
+      a.y = yc.data();
       const BlockedBiasRelu<Arch> ep{bpad.data(), Kb};
       const bool ran = c.K == 20 ? mk::conv2d_nchwc_winograd<Arch, mk::ConvClass{mk::ConvKind::Spatial, 20}>(a, pw, ep)
                                  : mk::conv2d_nchwc_winograd<Arch, mk::ConvClass{mk::ConvKind::Spatial, 40}>(a, pw, ep);
@@ -393,12 +404,12 @@ void winograd_cases(Checker& ck) {
 // conv2d_nchwc through the instantiation of shape class {kind, K} (K a compile-time constant), and
 // with G > 0 of {kind, K, groups G} as the generator emits a dense or grouped conv's.
 template <class Arch, int64_t K, class Ep, int64_t G = 0>
-bool conv_in_class(mk::ConvKind kind, const mk::ConvNchwcArgs& a, const Ep& ep) {
+bool conv_in_class(mk::ConvKind kind, const mk::ConvNchwcArgs& a, const Ep& ep, SerialAs par = {}) {
   switch (kind) {
-    case mk::ConvKind::Pointwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Pointwise, K, 0, 0, 0, 0, G}>(a, ep);
-    case mk::ConvKind::Spatial: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Spatial, K, 0, 0, 0, 0, G}>(a, ep);
-    case mk::ConvKind::Depthwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, K}>(a, ep);
-    default: return mk::conv2d_nchwc<Arch>(a, ep);
+    case mk::ConvKind::Pointwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Pointwise, K, 0, 0, 0, 0, G}>(a, ep, par);
+    case mk::ConvKind::Spatial: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Spatial, K, 0, 0, 0, 0, G}>(a, ep, par);
+    case mk::ConvKind::Depthwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, K}>(a, ep, par);
+    default: return mk::conv2d_nchwc<Arch>(a, ep, par);
   }
 }
 
@@ -505,15 +516,14 @@ void nchwc_cases(Checker& ck) {
         continue;
       }
     }
-    // Serial; a two-thread par-for; and serial again with a.threads = 7 (which splits rows into
+    // Serial; a two-thread par-for; and serial again as if for 7 threads (which splits rows into
     // more tasks): the same result every time.
     std::vector<float> out[3];
     for (int par = 0; par < 3; ++par) {
       std::vector<float> yb(size_t(c.N * Kb * OH * OW * L));
       a.y = yb.data();
-      a.threads = par == 0 ? 1 : par == 1 ? 2 : 7;
       if (par == 1) mk::conv2d_nchwc<Arch>(a, BlockedBiasRelu<Arch>{bpad.data(), Kb}, Two{});
-      else mk::conv2d_nchwc<Arch>(a, BlockedBiasRelu<Arch>{bpad.data(), Kb});
+      else mk::conv2d_nchwc<Arch>(a, BlockedBiasRelu<Arch>{bpad.data(), Kb}, SerialAs{par == 0 ? 1 : 7});
       out[par].resize(want.size());
       mk::nchwc_to_nchw(yb.data(), c.N, c.K, OH * OW, L, out[par].data());
     }
@@ -529,19 +539,20 @@ void nchwc_cases(Checker& ck) {
     std::vector<float> yc(size_t(c.N * Kb * OH * OW * L), -7.f), got(want.size());
     const std::vector<float> untouched = yc;
     a.y = yc.data();
-    // a.threads 1 and 2: a class's tiles (the pointwise one prefetches weight panels) in both
-    // task orders (see conv_pixels_outermost).
+    // As for 1 and 2 threads: a class's tiles (the pointwise one prefetches weight panels) in
+    // both task orders (see conv_pixels_outermost).
     for (int64_t threads : {1, 2})
       for (int64_t k : {int64_t(0), c.K}) {
         if (k != 0 && k != 20 && k != 40) continue;
-        a.threads = threads;
-        const bool ran = k == 0 ? conv_in_class<Arch, 0>(kind, a, ep) : k == 20 ? conv_in_class<Arch, 20>(kind, a, ep) : conv_in_class<Arch, 40>(kind, a, ep);
+        const SerialAs par{threads};
+        const bool ran = k == 0    ? conv_in_class<Arch, 0>(kind, a, ep, par)
+                         : k == 20 ? conv_in_class<Arch, 20>(kind, a, ep, par)
+                                   : conv_in_class<Arch, 40>(kind, a, ep, par);
         mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
         if (!ran) std::printf("FAIL %s: refused by its class (K %lld)\n", what.c_str(), (long long)k), ++ck.failures;
         ck.same((what + " class").c_str(), out[0], got);
         yc = untouched;
       }
-    a.threads = 1;
     if (c.dw && (c.KW == 3 || c.KW == 5) && (c.s == 1 || c.s == 2)) {
       const bool ran = c.KW == 3 ? (c.s == 1 ? depthwise_in_class<Arch, 3, 1>(a, ep) : depthwise_in_class<Arch, 3, 2>(a, ep))
                                  : (c.s == 1 ? depthwise_in_class<Arch, 5, 1>(a, ep) : depthwise_in_class<Arch, 5, 2>(a, ep));
