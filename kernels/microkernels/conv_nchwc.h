@@ -268,16 +268,19 @@ inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInp
 
 // The general tile's channel loop: every tap of kernel rows [kh_lo, kh_hi) per input channel.
 // Channels are walked with pointer steps as in the 1x1 loop (a division per channel to find its
-// block was ~5% of a 3x3 conv), and a kernel width the class fixes (KWc > 0) unrolls the tap row.
+// block was ~5% of a 3x3 conv). (Unrolling a 3-wide tap row spilled the pixel offsets.)
+// Prefetch: this tile's part of the next weight panel (ConvPanelPrefetch), one line per tap.
 // Check: taps in the padding read a zero instead of branching, so the accumulators stay in
 // registers on the border path too; pixels from nu on do no work.
-template <class Arch, int OCB, int UR, bool Check, int64_t KWc>
+template <class Arch, int OCB, int UR, bool Check, bool Prefetch>
 inline void conv_nchwc_spatial_channels(vfloat<Arch> (&acc)[OCB][UR], const ConvGeom& g, const NchwcInput& in, int64_t n,
                                         int64_t c0, int64_t c1, const float* w, int64_t kh_lo, int64_t kh_hi,
-                                        int64_t nu, const int64_t (&ih0)[UR], const int64_t (&iw0)[UR], const int64_t (&off)[UR]) {
+                                        int64_t nu, const int64_t (&ih0)[UR], const int64_t (&iw0)[UR], const int64_t (&off)[UR],
+                                        const ConvPanelPrefetch& pf) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
-  const int64_t KW = KWc > 0 ? KWc : g.KW, tapsL = g.KH * KW * OCB * L;
+  const int64_t KW = g.KW, tapsL = g.KH * KW * OCB * L;
+  int64_t pfi = 0;  // an index, not a pointer: pf.w is null when there is nothing to prefetch
   const int64_t rstep = g.dh * in.sh, cstep_tap = g.dw * in.sw;
   for (int64_t ci = c0; ci < c1;) {
     const int64_t cend = in.blocked ? std::min(c1, (ci / in.L + 1) * in.L) : c1;
@@ -289,6 +292,10 @@ inline void conv_nchwc_spatial_channels(vfloat<Arch> (&acc)[OCB][UR], const Conv
         const float* xr = xc + kh * rstep;
         const float* wr = wc + kh * KW * OCB * L;
         for (int64_t kw = 0; kw < KW; ++kw) {
+          if constexpr (Prefetch) {
+            if (pfi < pf.lines) __builtin_prefetch(pf.w + pfi * 16, 0, 2);
+            ++pfi;
+          }
           V wv[OCB];
           for (int o = 0; o < OCB; ++o) wv[o] = V::load_unaligned(wr + (kw * OCB + o) * L);
           for (int u = 0; u < UR; ++u) {
@@ -373,10 +380,10 @@ NNFUSE_MK_TILE void conv_nchwc_tile(const ConvGeom& g, const NchwcInput& in, con
     int64_t kh_lo, kh_hi, unused;
     kh_range(one_row ? oh : (q0 + nu - 1) / g.OW, g.sh, g.pt, g.dh, g.KH, g.H, kh_lo, unused);
     kh_range(oh, g.sh, g.pt, g.dh, g.KH, g.H, unused, kh_hi);
-    if constexpr (CC.kw > 0)
-      conv_nchwc_spatial_channels<Arch, OCB, UR, Check, CC.kw>(acc, g, in, n, c0, c1, w, kh_lo, kh_hi, nu, ih0, iw0, off);
+    if (pf.lines > 0)
+      conv_nchwc_spatial_channels<Arch, OCB, UR, Check, true>(acc, g, in, n, c0, c1, w, kh_lo, kh_hi, nu, ih0, iw0, off, pf);
     else
-      conv_nchwc_spatial_channels<Arch, OCB, UR, Check, 0>(acc, g, in, n, c0, c1, w, kh_lo, kh_hi, nu, ih0, iw0, off);
+      conv_nchwc_spatial_channels<Arch, OCB, UR, Check, false>(acc, g, in, n, c0, c1, w, kh_lo, kh_hi, nu, ih0, iw0, off, pf);
   }
   for (int o = 0; o < OCB; ++o)
     for (int u = 0; u < UR; ++u) {
@@ -455,21 +462,19 @@ inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const Nch
     const int64_t c1 = std::min(cin, c0 + cchunk);
     const bool first = c0 == 0, last = c1 == cin;
     // The next panel: this task's next chunk, or after the last one the next output blocks' first
-    // (its size in lines of 16 floats); tile i prefetches lines [i * (c1 - c0), ...) of it.
+    // (its size in lines of 16 floats); tile i prefetches lines [i * share, ...) of it, a line
+    // per channel and tap.
     ConvPanelPrefetch next;
-    if constexpr (CC.kind == ConvKind::Pointwise) {
-      if (c1 < cin) next = {w + c1 * OCB * L, ceil_div((std::min(cin, c1 + cchunk) - c1) * OCB * L, int64_t(16))};
-      else if (kb0 + OCB < Kb)
-        next = {w + OCB * wspan * L, ceil_div(std::min(cin, cchunk) * std::min<int64_t>(OCB, Kb - kb0 - OCB) * L, int64_t(16))};
-    }
-    const int64_t share = c1 - c0;
+    if (c1 < cin) next = {w + c1 * taps * OCB * L, ceil_div((std::min(cin, c1 + cchunk) - c1) * taps * OCB * L, int64_t(16))};
+    else if (kb0 + OCB < Kb)
+      next = {w + OCB * wspan * taps * L, ceil_div(std::min(cin, cchunk) * taps * std::min<int64_t>(OCB, Kb - kb0 - OCB) * L, int64_t(16))};
+    const int64_t share = (c1 - c0) * taps;
     for (int64_t q = q0, oh = q0 / g.OW, ow = q0 % g.OW, ti = 0; q < q1; q += UR, ++ti) {
       const int64_t nu = std::min<int64_t>(UR, q1 - q);
-      const int64_t row0 = n * Kb + kb0;
+      const int64_t row0 = n * Kb + kb0, done = ti * share;
+      const ConvPanelPrefetch pf =
+          next.lines > done ? ConvPanelPrefetch{next.w + done * 16, std::min(share, next.lines - done)} : ConvPanelPrefetch{};
       if constexpr (CC.kind == ConvKind::Pointwise) {  // every tap inside: one tile for all
-        const int64_t done = ti * share;
-        const ConvPanelPrefetch pf =
-            next.lines > done ? ConvPanelPrefetch{next.w + done * 16, std::min(share, next.lines - done)} : ConvPanelPrefetch{};
         conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep, pf);
       } else {
         // Interior: UR pixels whose taps all lie inside the input (the first and last pixel
@@ -481,9 +486,9 @@ inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const Nch
           for (int64_t u = 0, h = oh, c = ow; interior && u < UR; ++u, c = c + 1 == g.OW ? 0 : c + 1, h += c == 0)
             interior = conv_pixel_interior(g, h, c);
         if (interior)
-          conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
+          conv_nchwc_tile<Arch, CC, OCB, UR, false>(g, in, w, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep, pf);
         else
-          conv_nchwc_tile<Arch, CC, OCB, UR, true>(g, in, w, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep);
+          conv_nchwc_tile<Arch, CC, OCB, UR, true>(g, in, w, y, ystride, n, row0, oh, ow, nu, c0, c1, first, last, ep, pf);
       }
       ow += UR;
       if (ow >= g.OW) oh += ow / g.OW, ow %= g.OW;
