@@ -32,22 +32,45 @@ struct NmsArgs {
 };
 
 namespace detail {
-struct NmsBox {
-  float y1, x1, y2, x2;
+// Boxes with their corners ordered (y0 <= y1, x0 <= x1 unless NaN) and their areas, in columns:
+// the values IoU needs, computed once per box rather than in every comparison, as the reference
+// kernel (graph/ops_tensor_index.cpp, suppressed_by) computes them, so the decisions are its own.
+struct NmsBoxes {
+  std::vector<float> y0, x0, y1, x1, area;
+  void resize(size_t n) {
+    for (auto* v : {&y0, &x0, &y1, &x1, &area}) v->resize(n);
+  }
+  void set(size_t i, float ya, float xa, float yb, float xb) {
+    y0[i] = std::min(ya, yb), y1[i] = std::max(ya, yb), x0[i] = std::min(xa, xb), x1[i] = std::max(xa, xb);
+    area[i] = std::abs((xb - xa) * (yb - ya));
+  }
+  void push(const NmsBoxes& from, size_t i) {
+    y0.push_back(from.y0[i]), x0.push_back(from.x0[i]), y1.push_back(from.y1[i]), x1.push_back(from.x1[i]);
+    area.push_back(from.area[i]);
+  }
+  void clear() {
+    for (auto* v : {&y0, &x0, &y1, &x1, &area}) v->clear();
+  }
 };
 
-// IoU(a, b) > threshold, on normalised corners; degenerate boxes never suppress.
-inline bool nms_suppresses(const NmsBox& a, const NmsBox& b, float iou_threshold) {
-  const float ix1 = std::max(std::min(a.x1, a.x2), std::min(b.x1, b.x2));
-  const float ix2 = std::min(std::max(a.x1, a.x2), std::max(b.x1, b.x2));
-  const float iy1 = std::max(std::min(a.y1, a.y2), std::min(b.y1, b.y2));
-  const float iy2 = std::min(std::max(a.y1, a.y2), std::max(b.y1, b.y2));
-  const float inter = std::max(0.0f, ix2 - ix1) * std::max(0.0f, iy2 - iy1);
-  if (inter <= 0) return false;
-  const float area_a = std::abs((a.x2 - a.x1) * (a.y2 - a.y1)), area_b = std::abs((b.x2 - b.x1) * (b.y2 - b.y1));
-  const float uni = area_a + area_b - inter;
-  if (area_a <= 0 || area_b <= 0 || uni <= 0) return false;
-  return inter / uni > iou_threshold;
+// Whether box i of `c` has IoU above the threshold with any box of `kept`; degenerate boxes never
+// suppress. Branch-free over the kept boxes (up to max_per_class of them), so the loop vectorises:
+// SSD's 90 classes x up to 100 kept boxes spent most of NMS's 3.5 ms in the per-pair branches.
+inline bool nms_suppressed(const NmsBoxes& c, size_t i, const NmsBoxes& kept, float iou_threshold) {
+  const float cy0 = c.y0[i], cx0 = c.x0[i], cy1 = c.y1[i], cx1 = c.x1[i], ca = c.area[i];
+  const float *ky0 = kept.y0.data(), *kx0 = kept.x0.data(), *ky1 = kept.y1.data(), *kx1 = kept.x1.data(), *ka = kept.area.data();
+  const size_t n = kept.area.size();
+  int any = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const float ix1 = std::max(cx0, kx0[j]), ix2 = std::min(cx1, kx1[j]);
+    const float iy1 = std::max(cy0, ky0[j]), iy2 = std::min(cy1, ky1[j]);
+    const float inter = std::max(0.0f, ix2 - ix1) * std::max(0.0f, iy2 - iy1);
+    const float uni = ca + ka[j] - inter;
+    // & rather than &&: no branch per term (the division runs for every pair, its inf or NaN
+    // for an empty union then masked by the other terms).
+    any |= int(inter > 0) & int(ca > 0) & int(ka[j] > 0) & int(uni > 0) & int(inter / uni > iou_threshold);
+  }
+  return any != 0;
 }
 }  // namespace detail
 
@@ -55,31 +78,41 @@ inline bool nms_suppresses(const NmsBox& a, const NmsBox& b, float iou_threshold
 inline int64_t nms(const NmsArgs& a) {
   int64_t count = 0;
   if (a.max_per_class <= 0) return 0;
-  std::vector<detail::NmsBox> bx(size_t(a.N));
-  std::vector<int64_t> cand, kept;
+  detail::NmsBoxes bx, kept;
+  bx.resize(size_t(a.N));
+  std::vector<int64_t> cand;
   for (int64_t b = 0; b < a.B; ++b) {
     for (int64_t i = 0; i < a.N; ++i) {
       const float* p = a.boxes + (b * a.N + i) * 4;
-      if (a.center_point_box) bx[size_t(i)] = {p[1] - p[3] / 2, p[0] - p[2] / 2, p[1] + p[3] / 2, p[0] + p[2] / 2};
-      else bx[size_t(i)] = {p[0], p[1], p[2], p[3]};
+      if (a.center_point_box) bx.set(size_t(i), p[1] - p[3] / 2, p[0] - p[2] / 2, p[1] + p[3] / 2, p[0] + p[2] / 2);
+      else bx.set(size_t(i), p[0], p[1], p[2], p[3]);
     }
     for (int64_t cl = 0; cl < a.C; ++cl) {
       const float* s = a.scores + (b * a.C + cl) * a.N;
       cand.clear();
+      bool any_nan = false;
       for (int64_t i = 0; i < a.N; ++i)
-        if (!a.has_score_threshold || s[i] > a.score_threshold) cand.push_back(i);
-      std::stable_sort(cand.begin(), cand.end(), [&](int64_t x, int64_t y) { return s[x] > s[y]; });
+        if (!a.has_score_threshold || s[i] > a.score_threshold) cand.push_back(i), any_nan |= std::isnan(s[i]);
+      // Candidates in decreasing score, ties in box order. Usually only the first few hundred of
+      // thousands are visited (the per-class limit is reached first), so they come from a heap,
+      // one pop each, rather than from a full sort: SSD's 90 classes x 1917 anchors spent 3.5 ms
+      // in stable_sort. (score, index) is a strict total order, so the pops come in the sorted
+      // order exactly. NaN scores have no order: those lists are sorted as the reference kernel
+      // sorts them (graph/ops_tensor_index.cpp), so both select the same boxes.
+      const auto later = [&](int64_t x, int64_t y) { return s[x] < s[y] || (s[x] == s[y] && x > y); };
+      if (any_nan) std::stable_sort(cand.begin(), cand.end(), [&](int64_t x, int64_t y) { return s[x] > s[y]; });
+      else std::make_heap(cand.begin(), cand.end(), later);
+      auto next = [&, end = cand.end(), at = cand.begin()]() mutable {
+        if (any_nan) return *at++;
+        std::pop_heap(cand.begin(), end, later);
+        return *--end;
+      };
       kept.clear();
-      for (int64_t i : cand) {
-        if (int64_t(kept.size()) >= a.max_per_class || count >= a.capacity) break;
-        bool drop = false;
-        for (int64_t j : kept)
-          if (detail::nms_suppresses(bx[size_t(i)], bx[size_t(j)], a.iou_threshold)) {
-            drop = true;
-            break;
-          }
-        if (drop) continue;
-        kept.push_back(i);
+      for (size_t visited = 0; visited < cand.size(); ++visited) {
+        if (int64_t(kept.area.size()) >= a.max_per_class || count >= a.capacity) break;
+        const int64_t i = next();
+        if (detail::nms_suppressed(bx, size_t(i), kept, a.iou_threshold)) continue;
+        kept.push(bx, size_t(i));
         int64_t* row = a.selected + count * 3;
         row[0] = b, row[1] = cl, row[2] = i;
         ++count;

@@ -99,7 +99,9 @@ TEST_CASE("microkernels: LSTM matches the reference", "[microkernels][lstm]") {
 
 namespace {
 
-int64_t check_nms(int64_t B, int64_t N, int64_t C, int64_t max_per_class, float iou, std::optional<float> score_th, bool center, uint64_t seed) {
+// levels > 0: scores rounded to that many values (long runs of ties); nans: every 7th score NaN.
+int64_t check_nms(int64_t B, int64_t N, int64_t C, int64_t max_per_class, float iou, std::optional<float> score_th, bool center, uint64_t seed,
+                  int levels = 0, bool nans = false) {
   INFO("NMS B" << B << " N" << N << " C" << C << " max " << max_per_class << " iou " << iou << " score_th "
                << (score_th ? *score_th : -1.f) << " center " << center);
   // Boxes clustered so that suppression happens: centres on a coarse grid, jittered sizes.
@@ -116,6 +118,11 @@ int64_t check_nms(int64_t B, int64_t N, int64_t C, int64_t max_per_class, float 
   }
   Tensor scores = random_tensor({B, C, N}, seed + 1, 0.f, 1.f);
   scores.data<float>()[1] = scores.data<float>()[2];  // a tie: stable order
+  for (int64_t i = 0; i < B * C * N; ++i) {
+    float& v = scores.data<float>()[i];
+    if (levels > 0) v = std::floor(v * float(levels)) / float(levels);
+    if (nans && i % 7 == 3) v = std::nanf("");
+  }
   GraphBuilder gb("nms_oracle", 11);
   std::vector<std::string> ins = {gb.input("boxes", DType::Float32, {B, N, 4}), gb.input("scores", DType::Float32, {B, C, N}),
                                   gb.ints("max", {max_per_class}), gb.constant("iou", Tensor::from_vector<float>({1}, {iou}))};
@@ -154,4 +161,12 @@ TEST_CASE("microkernels: NonMaxSuppression matches the reference", "[microkernel
   check_nms(3, 17, 1, 2, 0.0f, 0.2f, true, 3);
   CHECK(check_nms(1, 9, 2, 0, 0.5f, std::nullopt, false, 4) == 0);  // no boxes requested
   CHECK(check_nms(2, 13, 2, 4, 0.7f, 1.5f, false, 5) == 0);          // threshold above every score: empty
+  // Many candidates and few kept (SSD's shape: the kernel pops them from a heap instead of
+  // sorting), with runs of equal scores that must come in box order.
+  CHECK(check_nms(1, 1917, 3, 100, 0.5f, 0.05f, false, 6, 8) > 0);
+  CHECK(check_nms(2, 300, 2, 7, 0.45f, std::nullopt, true, 7, 3) > 0);
+  // NaN scores: without a threshold they are candidates, and the kernel orders them as the
+  // reference does.
+  check_nms(1, 64, 2, 10, 0.5f, std::nullopt, false, 8, 0, true);
+  check_nms(1, 64, 2, 10, 0.5f, 0.3f, false, 9, 4, true);
 }
