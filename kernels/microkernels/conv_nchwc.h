@@ -114,12 +114,6 @@ constexpr int64_t conv_nchwc_task_blocks(int64_t L) { return L == 8 ? 2 : 4; }
 // a lane's weight zero for a channel outside its group.
 // A grouping the kernel does not take (conv_nchwc_windows: span 0) packs nothing.
 // Dense and depthwise are the one-group case: one window of every block over all Cg channels.
-// Where a dense conv's packed weight vector (output block kb of Kb, input channel ci of span,
-// tap t of taps) starts: the layout pack_conv_nchwc_weights writes for one window.
-inline int64_t conv_nchwc_packed_offset(int64_t kb, int64_t Kb, int64_t ci, int64_t span, int64_t t, int64_t taps, int64_t L) {
-  const int64_t run = conv_nchwc_task_blocks(L), kb0 = kb / run * run, nb = std::min(run, Kb - kb0);
-  return kb0 * span * taps * L + ((ci * taps + t) * nb + (kb - kb0)) * L;
-}
 inline int64_t conv_nchwc_packed_size(int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1) {
   return nchwc_blocks(K, L) * conv_nchwc_windows(Cg * G, K, G, L).span * KH * KW * L;
 }
@@ -144,6 +138,13 @@ inline void pack_conv_nchwc_weights(const float* w, int64_t K, int64_t Cg, int64
             }
     }
   }
+}
+
+// Where a dense conv's packed weight vector (output block kb of Kb, input channel ci of span,
+// tap t of taps) starts: the layout pack_conv_nchwc_weights writes for one window.
+inline int64_t conv_nchwc_packed_offset(int64_t kb, int64_t Kb, int64_t ci, int64_t span, int64_t t, int64_t taps, int64_t L) {
+  const int64_t run = conv_nchwc_task_blocks(L), kb0 = kb / run * run, nb = std::min(run, Kb - kb0);
+  return kb0 * span * taps * L + ((ci * taps + t) * nb + (kb - kb0)) * L;
 }
 
 // Packed weights owned by a prepare entry point.
@@ -209,12 +210,13 @@ struct NchwcInput {
   }
 };
 
-// A part of the weight panel a dense 1x1 task reads after the current one (its next input-channel
+// A part of the weight panel a dense task reads after the current one (its next input-channel
 // chunk, or the next task's first): `lines` cache lines of 64 bytes from w (a panel is
 // contiguous, see pack_conv_nchwc_weights). The tiles of a chunk prefetch the next panel into L2
-// between them, one line per input channel each, so that the next chunk finds its weights in L2
-// rather than waiting on L3: on 7x7 maps a chunk is only ~9 tiles, and the 1x1 layers there ran
-// 10% slower with their weights in L3 (where a model's are) than in L2. (The first tile issuing
+// between them, one line per input channel and tap each, so that the next chunk finds its
+// weights in L2 rather than waiting on L3: on 7x7 maps a chunk is only ~9 tiles, and the 1x1
+// layers there ran 10% slower with their weights in L3 (where a model's are) than in L2; the
+// 512-channel stride-2 3x3 conv, which prefetched nothing, 25% slower. (The first tile issuing
 // the whole panel, four lines per channel, stalled on the prefetches themselves: a quarter of
 // ResNet-50's stage-4 1x1 time sat on them.)
 struct ConvPanelPrefetch {
