@@ -907,6 +907,37 @@ struct PoolNchwcArgs {
   float* y = nullptr;        // NCHW<L>c
 };
 
+namespace detail {
+// The max (Max) or the sum of the taps of U pixels ow, ow + 1, ... of output row oh over kernel
+// rows [kl, kh): a pixel's n-th tap goes into acc[u][n & 1], two chains per pixel (a global pool
+// is one long chain otherwise). Check: taps outside the row are skipped (and not counted);
+// without, every tap lies inside. Returns the taps taken per pixel (the average's divisor). One
+// walk for the unchecked runs and the checked pixels, so that both give the same bits.
+template <class Arch, int U, bool Check, bool Max>
+inline int64_t pool_taps(const PoolNchwcArgs& a, const float* xb, int64_t oh, int64_t ow, int64_t kl, int64_t kh,
+                         vfloat<Arch> (&acc)[U][2]) {
+  using V = vfloat<Arch>;
+  constexpr int64_t L = int64_t(V::size);
+  const int64_t iw0 = ow * a.stride_w - a.pad_left;
+  int64_t cnt = 0;
+  for (int64_t i = kl; i < kh; ++i) {
+    const float* xr = xb + (oh * a.stride_h - a.pad_top + i * a.dil_h) * a.W * L;
+    for (int64_t kw = 0; kw < a.KW; ++kw) {
+      const int64_t iw = iw0 + kw * a.dil_w;
+      if constexpr (Check)
+        if (iw < 0 || iw >= a.W) continue;
+      const int t = int(cnt & 1);
+      for (int u = 0; u < U; ++u) {
+        const V v = V::load_unaligned(xr + (iw + u * a.stride_w) * L);
+        acc[u][t] = Max ? xsimd::max(acc[u][t], v) : acc[u][t] + v;
+      }
+      ++cnt;
+    }
+  }
+  return cnt;
+}
+}  // namespace detail
+
 // Max / average pooling, lane-wise over L channels; same semantics as pool2d (pool.h): max of an
 // all-padding window is -inf, average divides by the taps inside the input or, with
 // count_include_pad, by the taps inside [-pad, size + pad_end).
@@ -926,8 +957,7 @@ void pool2d_nchwc(const PoolNchwcArgs& a, const Ep& ep = {}, const ParFor& par =
       // Max pooling's interior columns (every tap inside the row) in runs of 4 pixels without
       // bounds checks: 4 pixels' chains interleave instead of one pixel's taps waiting on each
       // other. ResNet-50's 3x3 stride-2 pool 0.205 -> 0.157 ms, YOLOv8's SPPF 5x5 on 128x20x20
-      // 0.089 -> 0.057 ms (session 23). The taps go into the same two alternating accumulators as
-      // the checked loop below, so both give the same bits.
+      // 0.089 -> 0.057 ms (session 23). Both walk the taps with detail::pool_taps.
       int64_t in_lo = a.OW, in_hi = a.OW;
       if (a.is_max && kl < kh) {
         const int64_t span = (a.KW - 1) * a.dil_w;
@@ -939,12 +969,7 @@ void pool2d_nchwc(const PoolNchwcArgs& a, const Ep& ep = {}, const ParFor& par =
       for (int64_t ow = in_lo; ow + U <= in_hi; ow += U) {
         V acc[U][2];
         for (int u = 0; u < U; ++u) acc[u][0] = acc[u][1] = V(-std::numeric_limits<float>::infinity());
-        int t = 0;
-        for (int64_t i = kl; i < kh; ++i) {
-          const float* xr = xb + ((oh * a.stride_h - a.pad_top + i * a.dil_h) * a.W + ow * a.stride_w - a.pad_left) * L;
-          for (int64_t kw = 0; kw < a.KW; ++kw, t ^= 1)
-            for (int u = 0; u < U; ++u) acc[u][t] = xsimd::max(acc[u][t], V::load_unaligned(xr + (kw * a.dil_w + u * a.stride_w) * L));
-        }
+        detail::pool_taps<Arch, U, false, true>(a, xb, oh, ow, kl, kh, acc);
         for (int u = 0; u < U; ++u) {
           const int64_t p = oh * a.OW + ow + u;
           ep(xsimd::max(acc[u][0], acc[u][1]), row, p * L).store_unaligned(yb + p * L);
@@ -954,23 +979,11 @@ void pool2d_nchwc(const PoolNchwcArgs& a, const Ep& ep = {}, const ParFor& par =
       for (int64_t ow = 0; ow < a.OW; ++ow) {
         if (ow == in_lo && fast_end > in_lo) ow = fast_end;
         if (ow >= a.OW) break;
-        V acc(a.is_max ? -std::numeric_limits<float>::infinity() : 0.f), acc2(acc);
-        int64_t cnt = 0;
-        for (int64_t i = kl; i < kh; ++i) {
-          const float* xr = xb + (oh * a.stride_h - a.pad_top + i * a.dil_h) * a.W * L;
-          int64_t kw = 0;
-          const int64_t iw0 = ow * a.stride_w - a.pad_left;
-          // Two accumulators: a global pool is one long chain otherwise.
-          for (; kw < a.KW; ++kw) {
-            const int64_t iw = iw0 + kw * a.dil_w;
-            if (iw < 0 || iw >= a.W) continue;
-            const V v = V::load_unaligned(xr + iw * L);
-            V& d = (cnt & 1) ? acc2 : acc;
-            d = a.is_max ? xsimd::max(d, v) : d + v;
-            ++cnt;
-          }
-        }
-        acc = a.is_max ? xsimd::max(acc, acc2) : acc + acc2;
+        V two[1][2];
+        two[0][0] = two[0][1] = V(a.is_max ? -std::numeric_limits<float>::infinity() : 0.f);
+        int64_t cnt = a.is_max ? detail::pool_taps<Arch, 1, true, true>(a, xb, oh, ow, kl, kh, two)
+                               : detail::pool_taps<Arch, 1, true, false>(a, xb, oh, ow, kl, kh, two);
+        V acc = a.is_max ? xsimd::max(two[0][0], two[0][1]) : two[0][0] + two[0][1];
         if (!a.is_max) {
           if (a.count_include_pad) {
             const int64_t h0 = oh * a.stride_h - a.pad_top, w0 = ow * a.stride_w - a.pad_left;
