@@ -90,27 +90,12 @@ inline int64_t nms(const NmsArgs& a) {
     for (int64_t cl = 0; cl < a.C; ++cl) {
       const float* s = a.scores + (b * a.C + cl) * a.N;
       cand.clear();
-      bool any_nan = false;
       for (int64_t i = 0; i < a.N; ++i)
-        if (!a.has_score_threshold || s[i] > a.score_threshold) cand.push_back(i), any_nan |= std::isnan(s[i]);
-      // Candidates in decreasing score, ties in box order. Usually only the first few hundred of
-      // thousands are visited (the per-class limit is reached first), so they come from a heap,
-      // one pop each, rather than from a full sort: SSD's 90 classes x 1917 anchors spent 3.5 ms
-      // in stable_sort. (score, index) is a strict total order, so the pops come in the sorted
-      // order exactly. NaN scores have no order: those lists are sorted as the reference kernel
-      // sorts them (graph/ops_tensor_index.cpp), so both select the same boxes.
-      const auto later = [&](int64_t x, int64_t y) { return s[x] < s[y] || (s[x] == s[y] && x > y); };
-      if (any_nan) std::stable_sort(cand.begin(), cand.end(), [&](int64_t x, int64_t y) { return s[x] > s[y]; });
-      else std::make_heap(cand.begin(), cand.end(), later);
-      auto next = [&, end = cand.end(), at = cand.begin()]() mutable {
-        if (any_nan) return *at++;
-        std::pop_heap(cand.begin(), end, later);
-        return *--end;
-      };
+        if (!a.has_score_threshold || s[i] > a.score_threshold) cand.push_back(i);
+      std::stable_sort(cand.begin(), cand.end(), [&](int64_t x, int64_t y) { return s[x] > s[y]; });
       kept.clear();
-      for (size_t visited = 0; visited < cand.size(); ++visited) {
+      for (int64_t i : cand) {
         if (int64_t(kept.area.size()) >= a.max_per_class || count >= a.capacity) break;
-        const int64_t i = next();
         if (detail::nms_suppressed(bx, size_t(i), kept, a.iou_threshold)) continue;
         kept.push(bx, size_t(i));
         int64_t* row = a.selected + count * 3;

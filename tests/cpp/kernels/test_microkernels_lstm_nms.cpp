@@ -161,8 +161,8 @@ TEST_CASE("microkernels: NonMaxSuppression matches the reference", "[microkernel
   check_nms(3, 17, 1, 2, 0.0f, 0.2f, true, 3);
   CHECK(check_nms(1, 9, 2, 0, 0.5f, std::nullopt, false, 4) == 0);  // no boxes requested
   CHECK(check_nms(2, 13, 2, 4, 0.7f, 1.5f, false, 5) == 0);          // threshold above every score: empty
-  // Many candidates and few kept (SSD's shape: the kernel pops them from a heap instead of
-  // sorting), with runs of equal scores that must come in box order.
+  // Many candidates and few kept (SSD's shape), with runs of equal scores that must come in box
+  // order.
   CHECK(check_nms(1, 1917, 3, 100, 0.5f, 0.05f, false, 6, 8) > 0);
   CHECK(check_nms(2, 300, 2, 7, 0.45f, std::nullopt, true, 7, 3) > 0);
   // NaN scores: without a threshold they are candidates, and the kernel orders them as the
