@@ -117,34 +117,40 @@ constexpr int64_t conv_nchwc_task_blocks(int64_t L) { return L == 8 ? 2 : 4; }
 inline int64_t conv_nchwc_packed_size(int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, int64_t G = 1) {
   return nchwc_blocks(K, L) * conv_nchwc_windows(Cg * G, K, G, L).span * KH * KW * L;
 }
+// The packed layout itself: where the vector of output block kb, input channel ci of its window
+// and tap t starts. Windows of bpw blocks, runs of `run` blocks from each window's start.
+struct ConvPackedLayout {
+  int64_t Kb, bpw, run, span, taps, L;
+  // A dense (one-window) layout as the kernel's tasks read it; Winograd's products use it too.
+  static ConvPackedLayout dense(int64_t Kb, int64_t span, int64_t taps, int64_t L) {
+    return {Kb, Kb, conv_nchwc_task_blocks(L), span, taps, L};
+  }
+  int64_t offset(int64_t kb, int64_t ci, int64_t t) const {
+    const int64_t wb0 = kb / bpw * bpw, kb0 = wb0 + (kb - wb0) / run * run;
+    const int64_t nb = std::min(run, std::min(Kb, wb0 + bpw) - kb0);
+    return kb0 * span * taps * L + ((ci * taps + t) * nb + (kb - kb0)) * L;
+  }
+};
+
 inline void pack_conv_nchwc_weights(const float* w, int64_t K, int64_t Cg, int64_t KH, int64_t KW, int64_t L, float* dst,
                                     int64_t G = 1, bool depthwise = false) {
   const int64_t ktaps = KH * KW, Kb = nchwc_blocks(K, L);
   const ConvWindows win = conv_nchwc_windows(Cg * G, K, G, L);
   if (win.bpw <= 0) return;  // not taken: conv2d_nchwc refuses it, and its packed size is 0
-  const int64_t Kg = K / G, run = depthwise ? 1 : conv_nchwc_task_blocks(L);
-  for (int64_t wb0 = 0; wb0 < Kb; wb0 += win.bpw) {
-    const int64_t wb1 = std::min(Kb, wb0 + win.bpw), cw0 = wb0 / win.bpw * win.span;
-    for (int64_t kb0 = wb0; kb0 < wb1; kb0 += run) {
-      const int64_t nb = std::min(run, wb1 - kb0);
-      float* panel = dst + kb0 * win.span * ktaps * L;
-      for (int64_t cl = 0; cl < win.span; ++cl)
-        for (int64_t t = 0; t < ktaps; ++t)
-          for (int64_t o = 0; o < nb; ++o)
-            for (int64_t l = 0; l < L; ++l) {
-              const int64_t k = (kb0 + o) * L + l, ci = cw0 + cl, g = k / Kg;
-              const bool in_group = k < K && ci >= g * Cg && ci < (g + 1) * Cg;
-              panel[((cl * ktaps + t) * nb + o) * L + l] = in_group ? w[(k * Cg + (ci - g * Cg)) * ktaps + t] : 0.f;
-            }
-    }
+  const ConvPackedLayout lay{Kb, win.bpw, depthwise ? 1 : conv_nchwc_task_blocks(L), win.span, ktaps, L};
+  const int64_t Kg = K / G;
+  for (int64_t kb = 0; kb < Kb; ++kb) {
+    const int64_t cw0 = kb / win.bpw * win.span;
+    for (int64_t cl = 0; cl < win.span; ++cl)
+      for (int64_t t = 0; t < ktaps; ++t) {
+        float* d = dst + lay.offset(kb, cl, t);
+        for (int64_t l = 0; l < L; ++l) {
+          const int64_t k = kb * L + l, ci = cw0 + cl, g = k / Kg;
+          const bool in_group = k < K && ci >= g * Cg && ci < (g + 1) * Cg;
+          d[l] = in_group ? w[(k * Cg + (ci - g * Cg)) * ktaps + t] : 0.f;
+        }
+      }
   }
-}
-
-// Where a dense conv's packed weight vector (output block kb of Kb, input channel ci of span,
-// tap t of taps) starts: the layout pack_conv_nchwc_weights writes for one window.
-inline int64_t conv_nchwc_packed_offset(int64_t kb, int64_t Kb, int64_t ci, int64_t span, int64_t t, int64_t taps, int64_t L) {
-  const int64_t run = conv_nchwc_task_blocks(L), kb0 = kb / run * run, nb = std::min(run, Kb - kb0);
-  return kb0 * span * taps * L + ((ci * taps + t) * nb + (kb - kb0)) * L;
 }
 
 // Packed weights owned by a prepare entry point.

@@ -60,6 +60,7 @@ struct PackedConvWinogradM {
     static constexpr double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
     auto G = [](int i, int j) { return M == 4 ? G4[i][j] : G2[i][j]; };
     const int64_t sl = slice();
+    const ConvPackedLayout lay = ConvPackedLayout::dense(nchwc_blocks(K, L), C, 1, L);
     u.assign(size_t(T * T * sl), 0.f);
     for (int64_t k = 0; k < K; ++k)
       for (int64_t c = 0; c < C; ++c) {
@@ -70,7 +71,7 @@ struct PackedConvWinogradM {
         for (int i = 0; i < T; ++i)
           for (int j = 0; j < T; ++j) {
             const double v = t[i][0] * G(j, 0) + t[i][1] * G(j, 1) + t[i][2] * G(j, 2);
-            u[size_t((i * T + j) * sl + conv_nchwc_packed_offset(k / L, nchwc_blocks(K, L), c, C, 0, 1, L) + k % L)] = float(v);
+            u[size_t((i * T + j) * sl + lay.offset(k / L, c, 0) + k % L)] = float(v);
           }
       }
   }

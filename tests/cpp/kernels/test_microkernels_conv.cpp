@@ -103,7 +103,7 @@ TEST_CASE("packed conv weights interleave a dense task's output blocks per chann
           const int64_t kb = k / L, kb0 = kb / run * run, nb = std::min(run, Kb - kb0);
           const int64_t at = kb0 * C * taps * L + ((ci * taps + t) * nb + (kb - kb0)) * L + k % L;
           INFO("L " << L << " k " << k << " ci " << ci << " t " << t);
-          CHECK(mk::conv_nchwc_packed_offset(kb, Kb, ci, C, t, taps, L) + k % L == at);
+          CHECK(mk::ConvPackedLayout::dense(Kb, C, taps, L).offset(kb, ci, t) + k % L == at);
           CHECK(p.w[size_t(at)] == w[size_t((k * C + ci) * taps + t)]);
         }
     // Depthwise keeps one block per run: [Kb, KH, KW, L].
