@@ -308,6 +308,16 @@ TEST_CASE("vexp and vsigmoid at the edges: NaN, infinities, overflow and underfl
   CHECK(lane0(mk::vsigmoid(V(17.f))) == Approx(1.0 / (1.0 + std::exp(-17.0))).epsilon(1e-7));
   CHECK(lane0(mk::vsigmoid(V(-87.f))) == Approx(1.0 / (1.0 + std::exp(87.0))).epsilon(1e-6));
   CHECK(lane0(mk::vsigmoid(V(0.f))) == 0.5f);
+  // verf: clamped at 3.92 where it rounds to 1, odd, NaN through, tiny values relative.
+  CHECK(std::isnan(lane0(mk::verf(V(nan)))));
+  CHECK(lane0(mk::verf(V(inf))) == 1.f);
+  CHECK(lane0(mk::verf(V(-inf))) == -1.f);
+  CHECK(lane0(mk::verf(V(4.f))) == 1.f);
+  CHECK(lane0(mk::verf(V(-30.f))) == -1.f);
+  CHECK(std::signbit(lane0(mk::verf(V(-0.f)))));
+  CHECK(lane0(mk::verf(V(1e-30f))) == Approx(1.1283791670955126e-30).epsilon(1e-6));
+  CHECK(lane0(mk::verf(V(-0.875f))) == Approx(std::erf(-0.875)).epsilon(3e-7));  // where the two forms meet
+  CHECK(lane0(mk::verf(V(0.87499994f))) == Approx(std::erf(0.87499994)).epsilon(3e-7));
 }
 
 TEST_CASE("unary_map applies a generic lambda to batches and the tail", "[microkernels][math]") {
