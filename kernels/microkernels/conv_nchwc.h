@@ -612,7 +612,13 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   // block of channels), partial sums go through y between passes (never split across tasks:
   // results do not depend on par). A 128 KiB (L2) panel measured 5-10% slower on the 1x1 layers
   // with 256-2048 input channels on a Xeon (bench/kernels_bench.cpp --only conv).
-  const int64_t cchunk = std::max<int64_t>(L, 8192 / (OCBMAX * L * g.KH * g.KW));
+  // A 1x1 pass takes 8 blocks of channels: each step of its tiles reads the next pixels of every
+  // block plane in the pass, one stream per block, and the hardware prefetchers follow about that
+  // many. (AVX-512's 32 KiB panel is 8 blocks anyway; AVX2's was 64 blocks of 8 channels, and on a
+  // Zen 3 core ResNet-50's 1x1 convs with 256-2048 input channels ran 1.4-1.8x slower than ONNX
+  // Runtime's until they took 8: 25-40% faster in the model, bench/RESULTS.md, session 25.)
+  const int64_t taps = g.KH * g.KW;
+  const int64_t cchunk = taps == 1 ? 8 * L : std::max<int64_t>(L, 8192 / (OCBMAX * L * taps));
   // Tasks along the output channels: each window's blocks in runs of OCBMAX.
   const int64_t tpw = ceil_div(win.bpw, int64_t(OCBMAX)), P = g.OH * g.OW, kgroups = ceil_div(Kb, win.bpw) * tpw;
   // Pixels per task, a multiple of the tile width UR of the usual task (ocb blocks: OCBMAX, or all
