@@ -21,6 +21,28 @@ from conftest import load_output
 ort = pytest.importorskip("onnxruntime")
 
 
+# Models quantized for these tests get 7-bit weights (reduce_range), as ONNX Runtime's own docs
+# advise for uint8 x int8 on x86 without VNNI: its AVX2 kernels add pairs of u8 * s8 products in
+# 16 bits with saturation (vpmaddubsw), so with full-range weights its results move by several
+# output steps (mobilenet_tiny: by 0.45 on a Zen 3 core, where ours matched our reference
+# interpreter bit for bit). With |w| <= 63 a pair fits (2 * 255 * 63 < 2^15), and ORT computes the
+# exact integer products on every host, as we do; it stays a valid oracle.
+REDUCE_RANGE = True
+
+
+def _assert_close_but_for_flips(got, want, atol, flip_atol, name, rtol=0.0, max_flips=1e-3):
+    """got matches want within atol (+ rtol), except at most a fraction max_flips of the elements,
+    which must still lie within flip_atol. A quantized transformer quantizes its activations again
+    at every layer, and where two engines' float arithmetic differs in the last bit (their
+    LayerNorm and GELU are different code, and differ per ISA), a value on a rounding boundary
+    lands one step apart and carries the step on to a few outputs of that token. On a Zen 3 core
+    (AVX2): the dynamic tiny BERT 6 of 16384 outputs 1.9e-4 apart, all in one token, the static one
+    9 of 16384 up to 0.035 (on AVX-512 hosts: none)."""
+    bad = np.abs(got - want) > atol + rtol * np.abs(want)
+    assert bad.mean() <= max_flips, f"{name}: {int(bad.sum())} of {bad.size} outputs differ by more than {atol}"
+    np.testing.assert_allclose(got, want, rtol=0, atol=flip_atol, err_msg=name)
+
+
 def _ort(m, feeds):
     # Unoptimized: ORT would fuse an int4 DequantizeLinear into MatMulNBits, which may quantize
     # the activations too (an approximation, not the graph's own arithmetic).
@@ -145,7 +167,7 @@ def test_quantize_dynamic_model_matches_ort(cli, tmp_path, target):
     src = tmp_path / "mlp.onnx"
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), src)
     qpath = tmp_path / "mlp_q.onnx"
-    quantize_dynamic(str(src), str(qpath), weight_type=QuantType.QInt8)
+    quantize_dynamic(str(src), str(qpath), weight_type=QuantType.QInt8, reduce_range=REDUCE_RANGE)
     m = onnx.load(qpath)
     assert "DynamicQuantizeLinear" in {n.op_type for n in m.graph.node}
     feeds = {"x": rng.standard_normal((4, 32)).astype(np.float32)}
@@ -163,7 +185,7 @@ def test_quantize_dynamic_bert_runs_on_host_and_matches_ort(cli, tmp_path):
 
     src, qpath = tmp_path / "bert.onnx", tmp_path / "bert_q.onnx"
     cli.ok("zoo", "export", "bert_tiny", "-o", src)
-    quantize_dynamic(str(src), str(qpath), weight_type=QuantType.QInt8)
+    quantize_dynamic(str(src), str(qpath), weight_type=QuantType.QInt8, reduce_range=REDUCE_RANGE)
     m = onnx.load(qpath)
     rng = np.random.default_rng(4)
     feeds = {}
@@ -174,7 +196,7 @@ def test_quantize_dynamic_bert_runs_on_host_and_matches_ort(cli, tmp_path):
     want = dict(zip([o.name for o in m.graph.output], sess.run(None, feeds)))
     got = cli.run_model(qpath, feeds, tmp_path / "run", target="host", pipeline="auto")
     for name, w in want.items():
-        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4, err_msg=name)
+        _assert_close_but_for_flips(got[name], w, atol=1e-4, rtol=1e-4, flip_atol=2e-3, name=name)
 
 
 def _calibration(make_feeds, batches=4):
@@ -213,7 +235,7 @@ def test_quantize_static_qdq_cnn_compiles_without_fallback_and_matches_ort(cli, 
     rng = np.random.default_rng(5)
 
     calibration = _calibration(lambda: {inp.name: rng.uniform(-1, 1, shape).astype(np.float32)})
-    quantize_static(str(src), str(qpath), calibration, quant_format=QuantFormat.QDQ, per_channel=True)
+    quantize_static(str(src), str(qpath), calibration, quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=REDUCE_RANGE)
     q = onnx.load(qpath)
     ops = [n.op_type for n in q.graph.node]
     assert ops.count("QuantizeLinear") >= 3 and ops.count("DequantizeLinear") >= 6
@@ -265,7 +287,7 @@ def test_quantize_static_bert_runs_int8_gemms_and_matches_ort(cli, tmp_path):
         return feeds
 
     quantize_static(str(src), str(qpath), _calibration(lambda: feeds_of(m)), quant_format=QuantFormat.QDQ, per_channel=True,
-                    op_types_to_quantize=["MatMul", "Gemm"])
+                    op_types_to_quantize=["MatMul", "Gemm"], reduce_range=REDUCE_RANGE)
     feeds = feeds_of(m)
     q = onnx.load(qpath)
     sess = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -283,7 +305,9 @@ def test_quantize_static_bert_runs_int8_gemms_and_matches_ort(cli, tmp_path):
     for o in rep["outputs"]:
         got = load_output(o["file"])
         scale = float(np.abs(want[o["name"]]).max())
-        # Measured: within 1e-6 of both (1e-7 of the output's scale); the bounds leave room for a
-        # QuantizeLinear that lands a step apart on another machine's rounding.
-        np.testing.assert_allclose(got, ref[o["name"]], rtol=0, atol=1e-3 * scale, err_msg=o["name"])
-        np.testing.assert_allclose(got, want[o["name"]], rtol=0, atol=1e-2 * scale, err_msg=o["name"])
+        # Measured: within 1e-6 of both (1e-7 of the output's scale) where the int8 kernels run
+        # (AVX-512 VNNI); on AVX2 the QDQ pairs run as float arithmetic, whose summation order is
+        # not the interpreter's, and 9 of 16384 outputs landed a quantization step apart (0.035,
+        # one token each) from both: the bounds leave room for such flips, nothing more.
+        _assert_close_but_for_flips(got, ref[o["name"]], atol=1e-3 * scale, flip_atol=5e-2 * scale, name=o["name"])
+        _assert_close_but_for_flips(got, want[o["name"]], atol=1e-2 * scale, flip_atol=5e-2 * scale, name=o["name"])
