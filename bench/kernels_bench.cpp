@@ -383,11 +383,11 @@ int main(int argc, char** argv) {
     auto x = random_vec(size_t(197 * 3072), 9);
     std::vector<float> y(x.size());
     for (auto& v : x) v *= 3.f;
-    auto gelu_with = [&](auto erf) {
+    auto gelu_with = [&](auto erf_fn) {
       return seconds_of([&] {
         for (size_t i = 0; i + L <= x.size(); i += L) {
           const V v = V::load_unaligned(&x[i]);
-          (V(0.5f) * v * (erf(v * V(0.70710678f)) + V(1.f))).store_unaligned(&y[i]);
+          (V(0.5f) * v * (erf_fn(v * V(0.70710678f)) + V(1.f))).store_unaligned(&y[i]);
         }
       }, reps);
     };
