@@ -622,7 +622,11 @@ void nchwc_cases(Checker& ck) {
   // SPPF 5x5 stride 1, a 2x2 stride-2 pool without padding.
   for (P c : {P{19, 11, 13, 3, 3, 2, 1, true, false}, P{19, 11, 13, 3, 3, 2, 1, false, false}, P{5, 7, 8, 3, 2, 1, 1, false, true},
               P{21, 7, 7, 7, 7, 1, 0, false, false}, P{19, 9, 37, 3, 3, 2, 1, true, false}, P{17, 6, 29, 5, 5, 1, 2, true, false},
-              P{16, 8, 22, 2, 2, 2, 0, true, false}}) {
+              P{16, 8, 22, 2, 2, 2, 0, true, false},
+              // Global pools (one window over the plane) take the contiguous run: plane sizes with
+              // and without a remainder after the 4 chains, max and average.
+              P{37, 13, 11, 13, 11, 1, 0, true, false}, P{37, 13, 11, 13, 11, 1, 0, false, false},
+              P{16, 5, 3, 5, 3, 1, 0, false, false}, P{9, 1, 2, 1, 2, 1, 0, false, false}}) {
     const int64_t OH = (c.H + 2 * c.p - c.KH) / c.s + 1, OW = (c.W + 2 * c.p - c.KW) / c.s + 1;
     auto x = rnd(size_t(c.C * c.H * c.W), 41);
     std::vector<double> want(size_t(c.C * OH * OW));
@@ -650,7 +654,8 @@ void nchwc_cases(Checker& ck) {
     a.y = yb.data();
     mk::pool2d_nchwc<Arch>(a, mk::IdentityEpilogue{}, Two{});
     mk::nchwc_to_nchw(yb.data(), 1, c.C, OH * OW, L, got.data());
-    std::string what = std::string("pool_nchwc ") + (c.mx ? "max" : c.cip ? "avg-include-pad" : "avg") + " k" + std::to_string(c.KH);
+    std::string what = std::string("pool_nchwc ") + (c.mx ? "max" : c.cip ? "avg-include-pad" : "avg") + " k" + std::to_string(c.KH) +
+                       "x" + std::to_string(c.KW) + " on " + std::to_string(c.H) + "x" + std::to_string(c.W);
     ck.close(what.c_str(), got, want);
   }
 }
