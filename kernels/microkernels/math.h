@@ -29,6 +29,21 @@ template <class Arch> inline vfloat<Arch> times_pow2(const vfloat<Arch>& p, cons
     return p * s1 * s2;
   }
 }
+// p * 2^fn for an integral fn in [-126, 128], where 128 may give infinity (a caller for which
+// any result past 2^127 means infinity: sigmoid's e^-v): one exponent factor, 3 integer
+// operations and a multiply where times_pow2 takes 8 and two (AVX-512: the same scalef).
+// fn = 128 makes the factor's bits 0x7f800000, +infinity.
+template <class Arch> inline vfloat<Arch> times_pow2_saturating(const vfloat<Arch>& p, const vfloat<Arch>& fn) {
+  using V = vfloat<Arch>;
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) return V(_mm512_scalef_ps(p, fn));
+  else
+#endif
+  {
+    using I = xsimd::batch<int32_t, Arch>;
+    return p * xsimd::bitwise_cast<V>((xsimd::to_int(fn) + I(127)) << 23);
+  }
+}
 // c[0] x^(n-1) + ... + c[n-1] (highest power first), by Horner's rule with FMAs.
 template <class V, size_t N>
 inline V horner(const V& x, const float (&c)[N]) {
@@ -84,9 +99,12 @@ template <class Arch> inline vfloat<Arch> vsqrt(const vfloat<Arch>& v) { return 
 // n = round(-v log2 e) is -r, and e^r = e^-s is the same Taylor series with alternating signs.
 // v is clamped to [-89, 87.3], so e^-v lies between 2^-126 (1 plus that is 1: the result is
 // exactly 1 and no denormal is formed) and infinity (the result is 0, the correct limit). So no
-// select is needed: 14 vector operations where vexp(-v) and the division took 17 (SiLU and Swish
-// run this once per element). An approximate reciprocal and a Newton step instead of the
-// division measured no faster on a Xeon.
+// select is needed. n = round(-v log2 e) lies in [-126, 128], and 2^128 may as well be infinity
+// (n = 128 from v <= -88.37 on, where the result is under FLT_MIN: 0 here): one exponent factor
+// suffices, 18 vector operations where two factors took 23 (SiLU and Swish run this once per
+// element: a 16 -> 96 1x1 conv at 112x112 with Swish, 1.30 -> 1.18 ms on a Zen 3 core,
+// bench/RESULTS.md, session 26). An approximate reciprocal and a Newton step instead of the division measured no faster on
+// a Xeon or on that Zen 3.
 template <class Arch> inline vfloat<Arch> vsigmoid(const vfloat<Arch>& v) {
   using V = vfloat<Arch>;
   const V x = xsimd::min(V(87.3f), xsimd::max(V(-89.f), v));  // NaN passes (see vexp)
@@ -95,7 +113,7 @@ template <class Arch> inline vfloat<Arch> vsigmoid(const vfloat<Arch>& v) {
   s = xsimd::fma(fn, V(-2.12194440e-4f), s);
   const V p = detail::horner(s, {1.f / 720.f, -1.f / 120.f, 1.f / 24.f, -1.f / 6.f, 0.5f, -1.f, 1.f});
   const V one(1.f);
-  return one / (one + detail::times_pow2(p, fn));
+  return one / (one + detail::times_pow2_saturating(p, fn));
 }
 // GELU (erf form): 0.5 v (1 + erf(v / sqrt 2)) = 0.5 v erfc(-v / sqrt 2); the erfc form keeps
 // its relative accuracy for negative v, where 1 + erf cancels.

@@ -307,6 +307,12 @@ TEST_CASE("vexp and vsigmoid at the edges: NaN, infinities, overflow and underfl
   CHECK(lane0(mk::vsigmoid(V(88.f))) == 1.f);   // past the clamp: exactly 1
   CHECK(lane0(mk::vsigmoid(V(17.f))) == Approx(1.0 / (1.0 + std::exp(-17.0))).epsilon(1e-7));
   CHECK(lane0(mk::vsigmoid(V(-87.f))) == Approx(1.0 / (1.0 + std::exp(87.0))).epsilon(1e-6));
+  // Around n = round(-v log2 e) = 128, where the exponent factor saturates to infinity: just
+  // above, the (denormal) value; from there on, exactly 0.
+  CHECK(lane0(mk::vsigmoid(V(-88.3f))) == Approx(1.0 / (1.0 + std::exp(88.3))).epsilon(1e-4));
+  CHECK(lane0(mk::vsigmoid(V(-88.4f))) == 0.f);
+  CHECK(lane0(mk::vsigmoid(V(-89.5f))) == 0.f);
+  CHECK(!std::signbit(lane0(mk::vsigmoid(V(-1e30f)))));  // +0, not the sign bit an exponent of 256 would set
   CHECK(lane0(mk::vsigmoid(V(0.f))) == 0.5f);
   // verf: clamped at 3.92 where it rounds to 1, odd, NaN through, tiny values relative.
   CHECK(std::isnan(lane0(mk::verf(V(nan)))));
