@@ -31,18 +31,12 @@ template <class Arch> inline vfloat<Arch> times_pow2(const vfloat<Arch>& p, cons
 }
 // p * 2^fn for an integral fn in [-126, 128], where 128 may give infinity (a caller for which
 // any result past 2^127 means infinity: sigmoid's e^-v): one exponent factor, 3 integer
-// operations and a multiply where times_pow2 takes 8 and two (AVX-512: the same scalef).
+// operations and a multiply where times_pow2 takes 7 and two (AVX-512: the same scalef).
 // fn = 128 makes the factor's bits 0x7f800000, +infinity.
 template <class Arch> inline vfloat<Arch> times_pow2_saturating(const vfloat<Arch>& p, const vfloat<Arch>& fn) {
   using V = vfloat<Arch>;
-#if defined(__AVX512F__)
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) return V(_mm512_scalef_ps(p, fn));
-  else
-#endif
-  {
-    using I = xsimd::batch<int32_t, Arch>;
-    return p * xsimd::bitwise_cast<V>((xsimd::to_int(fn) + I(127)) << 23);
-  }
+  if constexpr (V::size == 16) return times_pow2<Arch>(p, fn);  // AVX-512: its one scalef
+  else return p * xsimd::bitwise_cast<V>((xsimd::to_int(fn) + xsimd::batch<int32_t, Arch>(127)) << 23);
 }
 // c[0] x^(n-1) + ... + c[n-1] (highest power first), by Horner's rule with FMAs.
 template <class V, size_t N>
