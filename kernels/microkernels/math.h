@@ -45,6 +45,17 @@ inline V horner(const V& x, const float (&c)[N]) {
   for (size_t i = 1; i < N; ++i) p = xsimd::fma(p, x, V(c[i]));
   return p;
 }
+// e^-y for y in [-89, 87.3] (the callers' clamps or bounds), as vexp reduces it but run on y
+// without negating it: s = y + n ln2 with n = round(-y log2 e) is -r, so e^r = e^-s is vexp's
+// Taylor series with alternating signs; n lies in [-126, 128] and 2^128 saturates to infinity
+// (times_pow2_saturating), where e^-y > FLT_MAX anyway. vsigmoid and verf share it.
+template <class Arch> inline vfloat<Arch> exp_neg_saturating(const vfloat<Arch>& y) {
+  using V = vfloat<Arch>;
+  const V fn = xsimd::nearbyint(y * V(-1.44269504088896341f));
+  V s = xsimd::fma(fn, V(0.693359375f), y);
+  s = xsimd::fma(fn, V(-2.12194440e-4f), s);
+  return times_pow2_saturating(horner(s, {1.f / 720.f, -1.f / 120.f, 1.f / 24.f, -1.f / 6.f, 0.5f, -1.f, 1.f}), fn);
+}
 }  // namespace detail
 
 // e^v = 2^n e^r with n = round(v log2 e) and |r| <= ln2 / 2 (ln2 split in two so that r is exact
@@ -85,16 +96,9 @@ template <class Arch> inline vfloat<Arch> verf(const vfloat<Arch>& v) {
   const V p = detail::horner(a2, {-0.00062541245f, 0.0050423206f, -0.026798654f, 0.1128267f, -0.37612575f, 1.1283791f});
   const V r = detail::horner(a, {-0.0004945919f, 0.0073130606f, -0.047772396f, 0.18317659f, -0.4630695f, 0.82295054f,
                                  -1.0641669f, 0.98964673f});
-  // e^(-a^2) as vexp computes it, on a^2 <= 15.4 directly (see vsigmoid): n = round(-a^2 log2 e)
-  // lies in [-23, 0], so vexp's clamps, its select and its second exponent factor have nothing
-  // to do, and s = -r makes the series' odd terms change sign; the same bits as vexp(-a^2),
-  // 10 vector operations fewer.
-  const V fn = xsimd::nearbyint(a2 * V(-1.44269504088896341f));
-  V s = xsimd::fma(fn, V(0.693359375f), a2);
-  s = xsimd::fma(fn, V(-2.12194440e-4f), s);
-  const V q = detail::horner(s, {1.f / 720.f, -1.f / 120.f, 1.f / 24.f, -1.f / 6.f, 0.5f, -1.f, 1.f});
-  const V ea2 = detail::times_pow2_saturating(q, fn);
-  const V e = xsimd::select(a < V(0.875f), a * p, xsimd::fnma(ea2, r, V(1.f)));
+  // e^(-a^2) without vexp's clamps and select, which a^2 <= 15.4 never needs: the same bits as
+  // vexp(-a^2), 10 vector operations fewer.
+  const V e = xsimd::select(a < V(0.875f), a * p, xsimd::fnma(detail::exp_neg_saturating(a2), r, V(1.f)));
   return xsimd::copysign(e, v);
 }
 template <class Arch> inline vfloat<Arch> vsqrt(const vfloat<Arch>& v) { return xsimd::sqrt(v); }
@@ -111,12 +115,8 @@ template <class Arch> inline vfloat<Arch> vsqrt(const vfloat<Arch>& v) { return 
 template <class Arch> inline vfloat<Arch> vsigmoid(const vfloat<Arch>& v) {
   using V = vfloat<Arch>;
   const V x = xsimd::min(V(87.3f), xsimd::max(V(-89.f), v));  // NaN passes (see vexp)
-  const V fn = xsimd::nearbyint(x * V(-1.44269504088896341f));
-  V s = xsimd::fma(fn, V(0.693359375f), x);
-  s = xsimd::fma(fn, V(-2.12194440e-4f), s);
-  const V p = detail::horner(s, {1.f / 720.f, -1.f / 120.f, 1.f / 24.f, -1.f / 6.f, 0.5f, -1.f, 1.f});
   const V one(1.f);
-  return one / (one + detail::times_pow2_saturating(p, fn));
+  return one / (one + detail::exp_neg_saturating(x));
 }
 // GELU (erf form): 0.5 v (1 + erf(v / sqrt 2)) = 0.5 v erfc(-v / sqrt 2); the erfc form keeps
 // its relative accuracy for negative v, where 1 + erf cancels.
