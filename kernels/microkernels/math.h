@@ -1,8 +1,8 @@
 #pragma once
-// Vectorised elementwise math for generated loops. xsimd 8.1's log/tanh/erfc were measured
+// Vectorised elementwise math for generated loops. xsimd 8.1's log/erfc were measured
 // against double-precision std:: functions (README: worst relative error <= 2e-7 over the ranges
-// that matter), so they are used directly; exp and erf are our own (below), as accurate and
-// cheaper.
+// that matter), so they are used directly; exp, erf and tanh are our own (below), as accurate
+// and cheaper.
 // Each function has a batch and a scalar overload so that generated code can call the same name
 // in its SIMD body and its scalar tail.
 #include <cmath>
@@ -79,7 +79,22 @@ template <class Arch> inline vfloat<Arch> vexp(const vfloat<Arch>& v) {
   return xsimd::select(v < V(-87.3f), V(0.f), detail::times_pow2(p, fn));
 }
 template <class Arch> inline vfloat<Arch> vlog(const vfloat<Arch>& v) { return xsimd::log(v); }
-template <class Arch> inline vfloat<Arch> vtanh(const vfloat<Arch>& v) { return xsimd::tanh(v); }
+// tanh without branches (xsimd::tanh tests its lanes' range and, when they straddle 0.625, runs
+// both a polynomial and its own exp; GPT-2's tanh GELU and every LSTM/GRU/RNN cell call this per
+// element). With a = |v| clamped to 9 (1 - tanh is under an ulp of 1 from 8.7 on, and tanh rounds to 1
+// from 9.02):
+//   a < 0.625:  tanh(a) = a + a^3 Q(a^2), Q of degree 4, a least-squares fit made for nnfuse
+//               (relative weight, Chebyshev nodes);
+//   otherwise:  (1 - e) / (1 + e) with e = e^(-2a) <= 0.29, so 1 - e does not cancel;
+// then the sign of v. NaN stays NaN (the clamp keeps v's NaN, the polynomial's compare is false
+// and e^-NaN is NaN), +-inf give +-1 and -0 gives -0.
+template <class Arch> inline vfloat<Arch> vtanh(const vfloat<Arch>& v) {
+  using V = vfloat<Arch>;
+  const V a = xsimd::min(V(9.f), xsimd::abs(v)), z = a * a;
+  const V q = detail::horner(z, {-0.0057189628f, 0.020653125f, -0.053744659f, 0.13331513f, -0.33333287f});
+  const V e = detail::exp_neg_saturating(a + a), one(1.f);
+  return xsimd::copysign(xsimd::select(a < V(0.625f), xsimd::fma(a * z, q, a), (one - e) / (one + e)), v);
+}
 // erf without branches or a division (xsimd::erf branches on the lanes' range and divides: a
 // GELU written as x (erf(x / sqrt 2) + 1) / 2 over 197 x 3072 floats took 1.0-1.3 ms with it,
 // 0.7-0.9 ms with this, on a Zen 3 core). With a = |v| clamped to 3.92 (erf rounds to 1 in float

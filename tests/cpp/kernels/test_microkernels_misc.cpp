@@ -285,7 +285,7 @@ TEST_CASE("vectorised exp/log/tanh/erf/sigmoid/gelu are within 1e-5 relative of 
   }
 }
 
-TEST_CASE("vexp and vsigmoid at the edges: NaN, infinities, overflow and underflow", "[microkernels][math]") {
+TEST_CASE("vexp, vsigmoid, verf and vtanh at the edges: NaN, infinities, overflow and underflow", "[microkernels][math]") {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   auto lane0 = [](V v) {
     alignas(64) float o[V::size];
@@ -324,6 +324,18 @@ TEST_CASE("vexp and vsigmoid at the edges: NaN, infinities, overflow and underfl
   CHECK(lane0(mk::verf(V(1e-30f))) == Approx(1.1283791670955126e-30).epsilon(1e-6));
   CHECK(lane0(mk::verf(V(-0.875f))) == Approx(std::erf(-0.875)).epsilon(3e-7));  // where the two forms meet
   CHECK(lane0(mk::verf(V(0.87499994f))) == Approx(std::erf(0.87499994)).epsilon(3e-7));
+  // vtanh: clamped at 9 (1 from there on), odd, NaN through, tiny values relative, both forms
+  // where they meet at 0.625.
+  CHECK(std::isnan(lane0(mk::vtanh(V(nan)))));
+  CHECK(lane0(mk::vtanh(V(inf))) == 1.f);
+  CHECK(lane0(mk::vtanh(V(-inf))) == -1.f);
+  CHECK(lane0(mk::vtanh(V(9.5f))) == 1.f);
+  CHECK(lane0(mk::vtanh(V(-1e30f))) == -1.f);
+  CHECK(std::signbit(lane0(mk::vtanh(V(-0.f)))));
+  CHECK(lane0(mk::vtanh(V(1e-30f))) == Approx(1e-30).epsilon(1e-6));
+  CHECK(lane0(mk::vtanh(V(-0.625f))) == Approx(std::tanh(-0.625)).epsilon(3e-7));
+  CHECK(lane0(mk::vtanh(V(0.62499994f))) == Approx(std::tanh(0.62499994)).epsilon(3e-7));
+  CHECK(lane0(mk::vtanh(V(8.f))) == Approx(std::tanh(8.0)).epsilon(1.2e-7));
 }
 
 TEST_CASE("unary_map applies a generic lambda to batches and the tail", "[microkernels][math]") {
