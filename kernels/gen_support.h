@@ -192,6 +192,12 @@ template <class V> inline V op_Exp(const V& x) { return nnfuse::mk::vexp(x); }
 template <class V> inline V op_Log(const V& x) { return nnfuse::mk::vlog(x); }
 template <class V> inline V op_Sqrt(const V& x) { return nnfuse::mk::vsqrt(x); }
 template <class V> inline V op_Gelu(const V& x) { return nnfuse::mk::vgelu_erf(x); }
+// Gelu approximate="tanh": 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3) is
+// x sigmoid(2u) (1 + tanh(u) = 2 sigmoid(2u)): one sigmoid instead of a tanh, and no cancellation
+// in 1 + tanh(u) for negative x.
+template <class V> inline V op_GeluTanh(const V& x) {
+  return x * nnfuse::mk::vsigmoid(V(1.5957691216057308f) * (x + V(0.044715f) * x * x * x));
+}
 template <class V> inline V op_Neg(const V& x) { return -x; }
 template <class V> inline V op_Abs(const V& x) {
   if constexpr (!is_vec<V>) return std::fabs(x);

@@ -63,6 +63,7 @@ NF_FN float op_Exp(float x) { return exp(x); }
 NF_FN float op_Log(float x) { return log(x); }
 NF_FN float op_Sqrt(float x) { return sqrt(x); }
 NF_FN float op_Gelu(float x) { return 0.5f * x * (1.0f + erf(x * 0.70710678118654752f)); }
+NF_FN float op_GeluTanh(float x) { return x / (1.0f + exp(-1.5957691216057308f * (x + 0.044715f * x * x * x))); }
 NF_FN float op_Neg(float x) { return -x; }
 NF_FN float op_Abs(float x) { return fabs(x); }
 NF_FN float op_Reciprocal(float x) { return 1.0f / x; }

@@ -74,7 +74,7 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   // Tiled GEMM with a transposed, broadcast-batch operand and alpha; grouped conv as implicit GEMM
   // (8 output channels per group) and depthwise conv direct; pooling with count_include_pad;
   // softmax over a middle axis; reductions over the last and a middle axis; LayerNorm.
-  GraphBuilder gb("forms");
+  GraphBuilder gb("forms", 20);  // opset 20: Gelu
   auto a = gb.input("a", DType::Float32, {2, 3, 20, 33});
   auto x = gb.input("x", DType::Float32, {1, 16, 11, 9});
   auto bw = gb.weight("bw", {33, 17}, 0.2f);
@@ -110,7 +110,8 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   gb.output(gb.op("Relu", {longconv}));
   gb.output(gb.op("MatMul", {gb.input("e", DType::Float32, {1, 2, 1281}), gb.weight("ew", {1281, 3}, 0.05f)}));
   // Dilated and 1-D convs; a batch table that is not affine (A broadcast over B's batch); Gemm
-  // with transA; a reduction with an epilogue over inner != the output's last dim; Softplus (Mish).
+  // with transA; a reduction with an epilogue over inner != the output's last dim; Softplus (Mish);
+  // Gelu's tanh form.
   gb.output(gb.op("Conv", {gb.input("dl", DType::Float32, {1, 3, 9, 9}), gb.weight("dlw", {4, 3, 3, 3}, 0.2f)},
                       GraphBuilder::attrs({{"dilations", A::is({2, 2})}, {"pads", A::is({2, 1, 2, 1})}})));
   gb.output(gb.op("Conv", {gb.input("c1", DType::Float32, {1, 4, 21}), gb.weight("c1w", {6, 4, 5}, 0.2f), gb.weight("c1b", {6}, 0.1f)},
@@ -123,6 +124,7 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   gb.output(gb.op("Relu", {rkb}));
   auto mi = gb.input("mi", DType::Float32, {3, 5});
   gb.output(gb.op("Mul", {mi, gb.op("Tanh", {gb.op("Softplus", {mi})})}));
+  gb.output(gb.op("Gelu", {mi}, GraphBuilder::attrs({{"approximate", A::s("tanh")}})));
   Model m = gb.finish();
   FusionPlan plan = plan_for(m.graph, "mali-opencl");
   auto dm = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");

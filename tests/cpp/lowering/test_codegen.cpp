@@ -130,6 +130,32 @@ TEST_CASE("codegen: Softplus is generated and stable for large inputs (Mish)", "
   check_close(cm->run(feeds), run_reference(m.graph, feeds));
 }
 
+TEST_CASE("codegen: Pow by 3, 4 and -1 as products, Gelu's tanh form, generated (no fallback)", "[codegen]") {
+  // The tanh GELU as exporters write it (Pow(x, 3)) and as opset 20 names it (Gelu
+  // approximate="tanh"); both were slow or reference-only before: a general pow per element, and
+  // a Gelu whose tanh form had no lowering.
+  GraphBuilder gb("pow_gelu", 20);
+  auto x = gb.input("x", DType::Float32, {4, 16});
+  auto cube = gb.op("Pow", {x, gb.scalar("three", 3.0f)});
+  auto inner = gb.op("Mul", {gb.op("Add", {x, gb.op("Mul", {cube, gb.scalar("c", 0.044715f)})}), gb.scalar("k", 0.7978845608f)});
+  auto gelu_written = gb.op("Mul", {gb.op("Mul", {x, gb.scalar("half", 0.5f)}), gb.op("Add", {gb.op("Tanh", {inner}), gb.scalar("one", 1.0f)})});
+  gb.output(gelu_written);
+  gb.output(gb.op("Gelu", {x}, GraphBuilder::attrs({{"approximate", A::s("tanh")}})));
+  gb.output(gb.op("Add", {gb.op("Pow", {x, gb.scalar("four", 4.0f)}), gb.op("Pow", {x, gb.scalar("minus_one", -1.0f)})}));
+  Model m = gb.finish();
+  auto cm = CpuModel::build(m.graph, nullptr, opts(1));
+  CHECK(cm->module().fallback_blocks == 0);
+  std::string code;
+  for (auto& u : emit_cpp(cm->module(), 1)) code += u.code;
+  CHECK(code.find("op_Pow") == std::string::npos);
+  CHECK(code.find("op_GeluTanh") != std::string::npos);
+  // -12 .. 12 (x^4 up to 2e4; the GELUs' tails) and no zero, for 1/x.
+  std::vector<float> v(64);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = (float(i) - 31.5f) * 0.38f;
+  TensorMap feeds{{"x", Tensor::from_vector<float>({4, 16}, v)}};
+  check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
+
 TEST_CASE("codegen: reduction epilogues see the output as outer x inner", "[codegen]") {
   // keepdims=0 over the last axis (inner 1: the output's last dim is not the epilogue's width) with
   // a bias and a second block output; a middle axis whose inner part spans two dims.
