@@ -200,7 +200,10 @@ struct StageEmitter {
             break;
           }
           int K = e.access.affine && e.access.col_stride == 0 ? 0 : 1;
-          o << "nf::ld<V, " << K << ">(" << buf(e.buffer) << " + " << offset_expr(e.map, e.access, int(i)) << ")";
+          if (e.part >= 0)
+            o << "nf::ld_part<V, " << K << ", " << e.part << ">(" << buf(e.buffer) << " + " << offset_expr(e.map, e.access, int(i)) << ")";
+          else
+            o << "nf::ld<V, " << K << ">(" << buf(e.buffer) << " + " << offset_expr(e.map, e.access, int(i)) << ")";
           break;
         }
         case Expr::Const: o << "nf::cst<V>(" << flt(e.value) << ")"; break;

@@ -73,6 +73,25 @@ inline V ld(const T* p) {
     return V::load_aligned(t);
   }
 }
+// Part k of a 32/64-bit integer as a float, exactly: bits [22k, 22k + 22), the last (k = 2,
+// bits 44 up) signed for signed T. Wide integers compare exactly by their parts
+// (lower_data_movement.cpp, wide_int_compare).
+template <int Part, class T>
+inline float int_part(T x) {
+  if constexpr (Part < 2) return float((uint64_t(x) >> (22 * Part)) & 0x3fffffu);
+  else if constexpr (std::is_signed_v<T>) return float(int64_t(x) >> 44);
+  else return float(uint64_t(x) >> 44);
+}
+template <class V, int K, int Part, class T>
+inline V ld_part(const T* p) {
+  if constexpr (!is_vec<V>) return int_part<Part>(*p);
+  else if constexpr (K == 0) return V(int_part<Part>(*p));
+  else {
+    alignas(64) float t[V::size];
+    for (size_t l = 0; l < V::size; ++l) t[l] = int_part<Part>(p[l]);
+    return V::load_aligned(t);
+  }
+}
 template <class V, class T>
 inline void st(T* p, const V& v) {
   if constexpr (!is_vec<V>) *p = T(v);

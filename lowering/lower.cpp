@@ -328,6 +328,17 @@ struct Lowerer {
       }
     }
     int push(Expr e) override { return l.push(sb, std::move(e)); }
+    std::optional<int> int_part(const std::string& v, const IndexMap& m, int k) override {
+      if (in_block(v)) return std::nullopt;
+      if (const Tensor* c = l.constant(v); c && c->numel() == 1) {
+        const int64_t x = c->as_int(0);
+        const bool is_signed = c->dtype() == DType::Int64 || c->dtype() == DType::Int32;
+        const double part = k < 2 ? double((uint64_t(x) >> (22 * k)) & 0x3fffff)
+                                  : is_signed ? double(x >> 44) : double(uint64_t(x) >> 44);
+        return l.cnst(sb, part);
+      }
+      return l.load(sb, l.buffer_for(v), m, k);
+    }
     IndexMap then(const IndexMap& m, const IndexStep& s) const override { return nnfuse::then(m, s); }
     [[noreturn]] void no_lowering(const Node& n, const std::string& why) const override { nnfuse::no_lowering(n, why); }
   };
@@ -336,18 +347,23 @@ struct Lowerer {
     sb.st.exprs.push_back(std::move(e));
     return int(sb.st.exprs.size()) - 1;
   }
-  int load(StageBuilder& sb, int buffer, const IndexMap& m) {
+  // part >= 0: one of the three exact parts of a wide integer (Expr::part).
+  int load(StageBuilder& sb, int buffer, const IndexMap& m, int part = -1) {
     const KBuffer& b = mod.buffers[size_t(buffer)];
     if (b.dynamic) throw NoLowering{"reads '" + b.value + "', whose shape depends on data", "dynamic-shape"};
     // Bool and 8/16-bit values load exactly; whatever makes a non-float value from them is
-    // checked where it is produced (expr_uncached). Wider integers only inside a float Cast.
-    if (b.dtype != DType::Float32 && !int_as_float && !dm::exact_dtype(b.dtype))
+    // checked where it is produced (expr_uncached). Wider integers only inside a float Cast, or
+    // in parts.
+    if (part >= 0 && b.dtype != DType::Int64 && b.dtype != DType::Int32 && b.dtype != DType::UInt64 && b.dtype != DType::UInt32)
+      fail(ErrorKind::Invalid, "lowering: integer parts of a " + std::string(dtype_name(b.dtype)) + " buffer");
+    if (part < 0 && b.dtype != DType::Float32 && !int_as_float && !dm::exact_dtype(b.dtype))
       throw NoLowering{"loads " + std::string(dtype_name(b.dtype)) + " value '" + b.value + "'", "dtype"};
     if (m.codomain() != b.shape) fail(ErrorKind::Invalid, "lowering: map " + m.str() + " does not reach buffer shape " + shape_str(b.shape));
     Expr e;
     e.kind = Expr::Load;
     e.buffer = buffer;
     e.map = m;
+    e.part = part;
     return push(sb, std::move(e));
   }
   int cnst(StageBuilder& sb, double v) {

@@ -4,6 +4,7 @@
 #include "lowering/lower_data_movement.h"
 
 #include <algorithm>
+#include <array>
 #include <set>
 
 #include "graph/op_registry.h"
@@ -197,6 +198,58 @@ int arg(ExprHost& h, const Node& n, size_t i, const IndexMap& m, bool as_float) 
 // Float, or an integer type whose every value float holds exactly (bool, 8 and 16 bits).
 bool float_exact(ExprHost& h, const std::string& v) { return exact_dtype(h.graph().type(v).dtype); }
 
+// A comparison of 32/64-bit integers, exactly: each operand as three parts that float holds
+// exactly (bits [44, 64) signed, [22, 44), [0, 22): Expr::part), compared from the top part down.
+// In float, two int64 values a sample-rate test tells apart (16000 against 16001) are exact, but
+// values past 2^24 could round to equal. nullopt when an operand is not such an integer read
+// from a buffer or a constant (its parts are then not at hand).
+std::optional<int> wide_int_compare(ExprHost& h, const Node& n, const IndexMap& m) {
+  const Graph& g = h.graph();
+  auto wide = [&](const std::string& v) {
+    DType d = g.type(v).dtype;
+    return d == DType::Int64 || d == DType::Int32 || d == DType::UInt64 || d == DType::UInt32;
+  };
+  if (n.inputs.size() != 2 || !wide(n.inputs[0]) || !wide(n.inputs[1])) return std::nullopt;
+  Shape out = h.shape_of(n.outputs[0]);
+  std::array<std::array<int, 3>, 2> p{};
+  for (size_t i = 0; i < 2; ++i) {
+    Shape in = h.shape_of(n.inputs[i]);
+    if (in.size() > out.size()) h.no_lowering(n, "input of higher rank than its output");
+    const IndexMap mi = h.then(m, broadcast_step(out, in));
+    for (int k = 0; k < 3; ++k) {
+      auto e = h.int_part(n.inputs[i], mi, k);
+      if (!e) return std::nullopt;
+      p[i][size_t(k)] = *e;
+    }
+  }
+  auto bin = [&](const char* op, int a, int b) {
+    Expr e;
+    e.kind = Expr::Binary;
+    e.op = op;
+    e.args = {a, b};
+    return h.push(std::move(e));
+  };
+  auto unary_not = [&](int a) {
+    Expr e;
+    e.kind = Expr::Unary;
+    e.op = "Not";
+    e.args = {a};
+    return h.push(std::move(e));
+  };
+  // x < y over the parts, top first: x2 < y2, or x2 == y2 and (x1 < y1, or x1 == y1 and x0 < y0).
+  auto less = [&](const std::array<int, 3>& x, const std::array<int, 3>& y) {
+    int r = bin("Less", x[0], y[0]);
+    for (int k = 1; k < 3; ++k) r = bin("Or", bin("Less", x[size_t(k)], y[size_t(k)]), bin("And", bin("Equal", x[size_t(k)], y[size_t(k)]), r));
+    return r;
+  };
+  const std::string& op = n.op_type;
+  if (op == "Equal") return bin("And", bin("And", bin("Equal", p[0][2], p[1][2]), bin("Equal", p[0][1], p[1][1])), bin("Equal", p[0][0], p[1][0]));
+  if (op == "Less") return less(p[0], p[1]);
+  if (op == "Greater") return less(p[1], p[0]);
+  if (op == "LessOrEqual") return unary_not(less(p[1], p[0]));
+  return unary_not(less(p[0], p[1]));  // GreaterOrEqual
+}
+
 int cast_expr(ExprHost& h, const Node& n, const IndexMap& m) {
   const Graph& g = h.graph();
   DType from = g.type(n.inputs.at(0)).dtype, to = DType(n.attrs.get_int("to", 0));
@@ -304,6 +357,9 @@ std::optional<int> lower_expr(ExprHost& h, const Node& n, const std::string& v, 
     }
     e.args = {arg(h, n, 0, m, false)};
     return h.push(std::move(e));
+  }
+  if (kCompare.count(op)) {
+    if (auto r = wide_int_compare(h, n, m)) return *r;
   }
   // Comparisons and logic: operands float holds exactly (wider integers could round).
   for (auto& in : n.inputs)

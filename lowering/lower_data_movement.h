@@ -33,6 +33,10 @@ struct ExprHost {
   // The same with integer/bool values loaded as float (the operand of a Cast to float).
   virtual int expr_of_as_float(const std::string& v, const IndexMap& m) = 0;
   virtual int push(Expr e) = 0;
+  // Part k (0, 1, 2: bits [0, 22), [22, 44), [44, 64)) of integer value v at map m as an exact
+  // float: a Load with Expr::part, or a Const for a scalar constant; nullopt when v is computed
+  // in the block (its parts are not in a buffer).
+  virtual std::optional<int> int_part(const std::string& v, const IndexMap& m, int k) = 0;
   // m followed by s (composing steps where possible).
   virtual IndexMap then(const IndexMap& m, const IndexStep& s) const = 0;
   // Throws the lowering's "no lowering" exception for node n (the block falls back).

@@ -208,7 +208,13 @@ struct KernelPrinter {
       switch (e.kind) {
         case Expr::Load: {
           const std::string b = buf(e.buffer);
-          val = "(float)" + b + "[" + offset(o, e.map, e.access, "r", "c") + "]";
+          const std::string x = b + "[" + offset(o, e.map, e.access, "r", "c") + "]";
+          // Expr::part: the exact 22-bit parts of a wide integer (gen_support.h, int_part).
+          const DType dt = m.buffers.at(size_t(e.buffer)).dtype;
+          const bool is_signed = dt == DType::Int64 || dt == DType::Int32;
+          if (e.part < 0) val = "(float)" + x;
+          else if (e.part < 2) val = "(float)((((u64)" + x + ") >> " + std::to_string(22 * e.part) + ") & (u64)0x3fffff)";
+          else val = std::string("(float)(((") + (is_signed ? "i64" : "u64") + ")" + x + ") >> 44)";
           break;
         }
         case Expr::Const: val = flt(e.value); break;

@@ -111,7 +111,7 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   gb.output(gb.op("MatMul", {gb.input("e", DType::Float32, {1, 2, 1281}), gb.weight("ew", {1281, 3}, 0.05f)}));
   // Dilated and 1-D convs; a batch table that is not affine (A broadcast over B's batch); Gemm
   // with transA; a reduction with an epilogue over inner != the output's last dim; Softplus (Mish);
-  // Gelu's tanh form.
+  // Gelu's tanh form; an int64 comparison (by exact parts).
   gb.output(gb.op("Conv", {gb.input("dl", DType::Float32, {1, 3, 9, 9}), gb.weight("dlw", {4, 3, 3, 3}, 0.2f)},
                       GraphBuilder::attrs({{"dilations", A::is({2, 2})}, {"pads", A::is({2, 1, 2, 1})}})));
   gb.output(gb.op("Conv", {gb.input("c1", DType::Float32, {1, 4, 21}), gb.weight("c1w", {6, 4, 5}, 0.2f), gb.weight("c1b", {6}, 0.1f)},
@@ -125,6 +125,7 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   auto mi = gb.input("mi", DType::Float32, {3, 5});
   gb.output(gb.op("Mul", {mi, gb.op("Tanh", {gb.op("Softplus", {mi})})}));
   gb.output(gb.op("Gelu", {mi}, GraphBuilder::attrs({{"approximate", A::s("tanh")}})));
+  gb.output(gb.op("LessOrEqual", {gb.input("ia", DType::Int64, {2, 5}), gb.input("ib", DType::Int64, {5})}));
   Model m = gb.finish();
   FusionPlan plan = plan_for(m.graph, "mali-opencl");
   auto dm = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "fusion/planner.h"
@@ -154,6 +155,40 @@ TEST_CASE("codegen: Pow by 3, 4 and -1 as products, Gelu's tanh form, generated 
   for (size_t i = 0; i < v.size(); ++i) v[i] = (float(i) - 31.5f) * 0.38f;
   TensorMap feeds{{"x", Tensor::from_vector<float>({4, 16}, v)}};
   check_close(cm->run(feeds), run_reference(m.graph, feeds));
+}
+
+TEST_CASE("codegen: 32/64-bit integer comparisons are generated and exact past 2^24", "[codegen]") {
+  // Silero VAD's sample-rate test (Equal(sr, 16000) on int64) had stayed on the reference
+  // kernels: float holds int64 inexactly. Compared by exact 22-bit parts instead, values that
+  // float would round together (2^40 and 2^40 + 1, INT64_MIN and INT64_MIN + 1) stay apart.
+  GraphBuilder gb("wide_compare");
+  auto a = gb.input("a", DType::Int64, {3, 8});
+  auto b = gb.input("b", DType::Int64, {8});  // broadcast over a's rows
+  for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}) gb.output(gb.op(op, {a, b}));
+  gb.output(gb.op("Equal", {a, gb.constant("rate", Tensor::scalar<int64_t>(16000))}));
+  auto u = gb.input("u", DType::UInt64, {8});
+  auto i32 = gb.input("i32", DType::Int32, {8});
+  gb.output(gb.op("Less", {u, gb.constant("u0", Tensor::from_vector<uint64_t>({8}, {0, 1, 1ull << 63, ~0ull, 5, 1ull << 44, 3, 16000}))}));
+  gb.output(gb.op("GreaterOrEqual", {i32, gb.constant("i0", Tensor::from_vector<int32_t>({8}, {-1, 0, 1, INT32_MIN, INT32_MAX, 16777217, -16777217, 7}))}));
+  Model m = gb.finish();
+  auto cm = CpuModel::build(m.graph, nullptr, opts(1));
+  CHECK(cm->module().fallback_blocks == 0);
+  const int64_t big = int64_t(1) << 40, mn = std::numeric_limits<int64_t>::min(), mx = std::numeric_limits<int64_t>::max();
+  std::vector<int64_t> bv = {16000, big, -big, mn, mx, 0, (int64_t(1) << 44) + 5, -3};
+  std::vector<int64_t> av = {16000, big + 1, -big, mn + 1, mx, -1, (int64_t(1) << 44) + 4, -3,   // neighbours of b
+                             16001, big - 1, -big - 1, mn, mx - 1, 1, int64_t(1) << 45, -2,
+                             16000, big, -big + 1, mx, mn, 0, (int64_t(1) << 44) + 5, -4};
+  TensorMap feeds{{"a", Tensor::from_vector<int64_t>({3, 8}, av)},
+                  {"b", Tensor::from_vector<int64_t>({8}, bv)},
+                  {"u", Tensor::from_vector<uint64_t>({8}, {1, 1, (1ull << 63) - 1, ~0ull - 1, 5, (1ull << 44) + 1, 2, 16000})},
+                  {"i32", Tensor::from_vector<int32_t>({8}, {-2, 0, 2, INT32_MIN + 1, INT32_MAX, 16777216, -16777216, 6})}};
+  const TensorMap want = run_reference(m.graph, feeds);
+  const TensorMap got = cm->run(feeds);
+  for (auto& [name, w] : want) {
+    INFO(name);
+    REQUIRE(got.count(name));
+    CHECK(got.at(name).to_float_vector() == w.to_float_vector());
+  }
 }
 
 TEST_CASE("codegen: reduction epilogues see the output as outer x inner", "[codegen]") {
