@@ -331,8 +331,14 @@ struct Lowerer {
     std::optional<int> int_part(const std::string& v, const IndexMap& m, int k) override {
       if (in_block(v)) return std::nullopt;
       if (const Tensor* c = l.constant(v); c && c->numel() == 1) {
-        const int64_t x = c->as_int(0);
-        const bool is_signed = c->dtype() == DType::Int64 || c->dtype() == DType::Int32;
+        // The raw value (as_int goes through double for other types than int64: a uint64 past
+        // 2^53 would round).
+        const DType dt = c->dtype();
+        const bool is_signed = dt == DType::Int64 || dt == DType::Int32;
+        const int64_t x = dt == DType::Int64    ? c->data<int64_t>()[0]
+                          : dt == DType::Int32  ? int64_t(c->data<int32_t>()[0])
+                          : dt == DType::UInt32 ? int64_t(c->data<uint32_t>()[0])
+                                                : int64_t(c->data<uint64_t>()[0]);
         const double part = k < 2 ? double((uint64_t(x) >> (22 * k)) & 0x3fffff)
                                   : is_signed ? double(x >> 44) : double(uint64_t(x) >> 44);
         return l.cnst(sb, part);
