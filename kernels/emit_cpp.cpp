@@ -346,6 +346,10 @@ struct StageEmitter {
         vec = vec && (e.access.col_stride == 0 || e.access.col_stride == 1);
         continue;
       }
+      if (e.part >= 0) {  // a wide integer's part: through its offset function and ld_part, on scalars
+        vec = false;
+        continue;
+      }
       ColumnSplit cs = split_columns(e.map, st.width, [&](int b) { return constant_index(b); });
       if (!cs.separable) {
         vec = false;

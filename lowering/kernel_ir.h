@@ -114,7 +114,7 @@ struct Expr {
   double lo = 0, hi = 0;   // Clip bounds; LeakyRelu/HardSigmoid/Elu parameters
   // Load of a 32/64-bit integer buffer: -1 loads the value as float; 0, 1, 2 load its bits
   // [0, 22), [22, 44) and [44, 64) (the last signed for signed types), each exact in float, so
-  // that wide integers compare exactly (lower_data_movement.cpp, int_parts).
+  // that wide integers compare exactly (lower_data_movement.cpp, wide_int_compare).
   int part = -1;
 };
 

@@ -329,7 +329,6 @@ struct Lowerer {
     }
     int push(Expr e) override { return l.push(sb, std::move(e)); }
     std::optional<int> int_part(const std::string& v, const IndexMap& m, int k) override {
-      if (in_block(v)) return std::nullopt;
       if (const Tensor* c = l.constant(v); c && c->numel() == 1) {
         // The raw value (as_int goes through double for other types than int64: a uint64 past
         // 2^53 would round).
@@ -343,6 +342,7 @@ struct Lowerer {
                                   : is_signed ? double(x >> 44) : double(uint64_t(x) >> 44);
         return l.cnst(sb, part);
       }
+      if (in_block(v)) return std::nullopt;  // computed in the block: no buffer to read parts from
       return l.load(sb, l.buffer_for(v), m, k);
     }
     IndexMap then(const IndexMap& m, const IndexStep& s) const override { return nnfuse::then(m, s); }

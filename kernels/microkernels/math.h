@@ -1,8 +1,8 @@
 #pragma once
 // Vectorised elementwise math for generated loops. xsimd 8.1's log/erfc were measured
 // against double-precision std:: functions (README: worst relative error <= 2e-7 over the ranges
-// that matter), so they are used directly; exp, erf and tanh are our own (below), as accurate
-// and cheaper.
+// that matter), so they are used directly; exp, erf and tanh are our own (below), about as
+// accurate (tanh: 1.8e-7 against xsimd's 1.4e-7) and cheaper.
 // Each function has a batch and a scalar overload so that generated code can call the same name
 // in its SIMD body and its scalar tail.
 #include <cmath>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <unistd.h>
 
@@ -125,7 +126,9 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   auto mi = gb.input("mi", DType::Float32, {3, 5});
   gb.output(gb.op("Mul", {mi, gb.op("Tanh", {gb.op("Softplus", {mi})})}));
   gb.output(gb.op("Gelu", {mi}, GraphBuilder::attrs({{"approximate", A::s("tanh")}})));
-  gb.output(gb.op("LessOrEqual", {gb.input("ia", DType::Int64, {2, 5}), gb.input("ib", DType::Int64, {5})}));
+  auto ia = gb.input("ia", DType::Int64, {2, 5}), ib = gb.input("ib", DType::Int64, {5});
+  gb.output(gb.op("LessOrEqual", {ia, ib}));
+  gb.output(gb.op("Equal", {ia, ib}));
   Model m = gb.finish();
   FusionPlan plan = plan_for(m.graph, "mali-opencl");
   auto dm = DeviceModel::build(m.graph, &plan, make_opencl_api(), "mali-opencl");
@@ -134,7 +137,14 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   for (const char* f : {"tiled_gemm", "implicit_gemm_conv", "direct_conv", "pool", "row_reduction", "column_reduction",
                         "tiled_gemm_split_sum", "implicit_gemm_conv_split_sum"})
     CHECK(forms.contains(f));
+  CHECK(dm->info()["host_stages"] == 0);  // every stage printed for the device, none moved to the host
   TensorMap feeds = random_feeds(m.graph, 3);
+  // Neighbours that float rounds together (2^40 +- 1, INT64_MIN + 1), negative and past 2^44:
+  // the int64 comparisons must read the exact parts.
+  const int64_t p40 = int64_t(1) << 40, mn = std::numeric_limits<int64_t>::min();
+  feeds["ib"] = Tensor::from_vector<int64_t>({5}, {p40, -p40, mn + 1, (int64_t(1) << 50) + 3, 16000});
+  feeds["ia"] = Tensor::from_vector<int64_t>({2, 5}, {p40 + 1, -p40, mn, (int64_t(1) << 50) + 2, 16000,
+                                                      p40 - 1, p40, mn + 1, (int64_t(1) << 50) + 3, 16001});
   const TensorMap want = run_reference(m.graph, feeds);
   check_close(dm->run(feeds), want, "forms");
   // The same program without split-K.

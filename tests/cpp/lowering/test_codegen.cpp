@@ -168,6 +168,11 @@ TEST_CASE("codegen: 32/64-bit integer comparisons are generated and exact past 2
   gb.output(gb.op("Equal", {a, gb.constant("rate", Tensor::scalar<int64_t>(16000))}));
   auto u = gb.input("u", DType::UInt64, {8});
   auto i32 = gb.input("i32", DType::Int32, {8});
+  // A middle-axis broadcast: no view keeps b3's load affine, so the emitter splits it by rows.
+  auto a3 = gb.input("a3", DType::Int64, {2, 3, 4});
+  auto b3 = gb.input("b3", DType::Int64, {2, 1, 4});
+  gb.output(gb.op("Equal", {a3, b3}));
+  gb.output(gb.op("Less", {a3, b3}));
   gb.output(gb.op("Equal", {u, gb.constant("u_top", Tensor::scalar<uint64_t>((1ull << 63) + 1))}));  // past 2^53: no double
   gb.output(gb.op("Less", {u, gb.constant("u0", Tensor::from_vector<uint64_t>({8}, {0, 1, 1ull << 63, ~0ull, 5, 1ull << 44, 3, 16000}))}));
   gb.output(gb.op("GreaterOrEqual", {i32, gb.constant("i0", Tensor::from_vector<int32_t>({8}, {-1, 0, 1, INT32_MIN, INT32_MAX, 16777217, -16777217, 7}))}));
@@ -179,7 +184,12 @@ TEST_CASE("codegen: 32/64-bit integer comparisons are generated and exact past 2
   std::vector<int64_t> av = {16000, big + 1, -big, mn + 1, mx, -1, (int64_t(1) << 44) + 4, -3,   // neighbours of b
                              16001, big - 1, -big - 1, mn, mx - 1, 1, int64_t(1) << 45, -2,
                              16000, big, -big + 1, mx, mn, 0, (int64_t(1) << 44) + 5, -4};
-  TensorMap feeds{{"a", Tensor::from_vector<int64_t>({3, 8}, av)},
+  std::vector<int64_t> a3v(24), b3v(8);
+  for (size_t i = 0; i < b3v.size(); ++i) b3v[i] = (int64_t(i % 2 ? -1 : 1) << (20 + 5 * i)) + int64_t(i);
+  for (size_t i = 0; i < a3v.size(); ++i) a3v[i] = b3v[(i / 12) * 4 + i % 4] + int64_t(i % 3) - 1;  // b's value, and +-1
+  TensorMap feeds{{"a3", Tensor::from_vector<int64_t>({2, 3, 4}, a3v)},
+                  {"b3", Tensor::from_vector<int64_t>({2, 1, 4}, b3v)},
+                  {"a", Tensor::from_vector<int64_t>({3, 8}, av)},
                   {"b", Tensor::from_vector<int64_t>({8}, bv)},
                   {"u", Tensor::from_vector<uint64_t>({8}, {1, (1ull << 63) + 1, (1ull << 63) - 1, ~0ull - 1, 5, (1ull << 44) + 1, 1ull << 63, 16000})},
                   {"i32", Tensor::from_vector<int32_t>({8}, {-2, 0, 2, INT32_MIN + 1, INT32_MAX, 16777216, -16777216, 6})}};
@@ -190,6 +200,20 @@ TEST_CASE("codegen: 32/64-bit integer comparisons are generated and exact past 2
     REQUIRE(got.count(name));
     CHECK(got.at(name).to_float_vector() == w.to_float_vector());
   }
+  // A Constant node grouped with the comparison: its buffer's parts are read.
+  GraphBuilder gc("wide_compare_constant_node");
+  auto x = gc.input("x", DType::Int64, {4});
+  auto k = gc.op("Constant", {}, GraphBuilder::attrs({{"value", A::t(Tensor::from_vector<int64_t>({4}, {mn, big, -big, mx}))}}));
+  auto eq = gc.op("Equal", {x, k}), lt = gc.op("Less", {x, k});
+  gc.output(eq);
+  gc.output(lt);
+  Model mc = gc.finish();
+  FusionPlan plan = grouped_plan(mc.graph, {{k, eq, lt}});
+  auto cc = CpuModel::build(mc.graph, &plan, opts(1));
+  CHECK(cc->module().fallback_blocks == 0);
+  TensorMap xf{{"x", Tensor::from_vector<int64_t>({4}, {mn + 1, big, -big - 1, mx})}};
+  const TensorMap wc = run_reference(mc.graph, xf), gotc = cc->run(xf);
+  for (auto& [name, w] : wc) CHECK(gotc.at(name).to_float_vector() == w.to_float_vector());
 }
 
 TEST_CASE("codegen: reduction epilogues see the output as outer x inner", "[codegen]") {
