@@ -317,9 +317,11 @@ BuildResult build_shared_object(const std::vector<SourceUnit>& units, const Tool
       r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       return r;
     }
+    // Rebuilt below and published over it by rename; never removed here. A .so without its .sum
+    // is also what another process's publish looks like between its two renames: removing it
+    // then made that process's dlopen of the path fail (two test suites sharing the cache in CI:
+    // "cannot load generated kernels ...: No such file or directory").
     r.rebuilt_corrupt = true;
-    fs::remove(so, ec);
-    fs::remove(sum, ec);
   }
   // Compile every unit in a private work directory, in parallel, then link.
   fs::path work = dir / ("build-" + r.hash + "-" + std::to_string(::getpid()) + "-" +
@@ -378,8 +380,10 @@ BuildResult build_shared_object(const std::vector<SourceUnit>& units, const Tool
   if (run_command(link, out) != 0) fail(ErrorKind::Runtime, "linking generated kernels failed:\n" + out.substr(0, 4000));
   r.commands = cmds;
   r.commands.push_back(link);
-  // Publish: .so first, then its checksum (an interrupted publish leaves no valid .sum).
-  fs::path tmp_so = dir / (r.hash + ext + ".tmp" + std::to_string(::getpid()));
+  // Publish: .so first, then its checksum (an interrupted publish leaves no valid .sum), each by
+  // an atomic rename, so the path always names a whole library (a reader that mapped the old
+  // one keeps it).
+  fs::path tmp_so = work.string() + ext + ".tmp";  // per process and thread, like the work directory
   fs::copy_file(work / "lib.so", tmp_so, fs::copy_options::overwrite_existing);
   fs::rename(tmp_so, so);
   write_file_atomic(sum, file_checksum(so.string()));

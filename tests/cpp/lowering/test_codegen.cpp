@@ -3,6 +3,8 @@
 // number of (slow) compiler runs small; the kernel cache lives in a per-run temp directory.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -304,6 +306,7 @@ TEST_CASE("codegen: kernel cache hit, corrupt entry rebuilt, artifact round trip
   second.reset();
   fs::resize_file(so, fs::file_size(so) / 2);
   auto third = CpuModel::build(m.graph, nullptr, o);
+  const std::string third_so = third->info()["build"]["shared_object"];
   CHECK_FALSE(third->info()["build"]["cache_hit"].get<bool>());
   CHECK(third->info()["build"]["rebuilt_corrupt_entry"].get<bool>());
   TensorMap feeds = random_feeds(m.graph, 3);
@@ -318,6 +321,26 @@ TEST_CASE("codegen: kernel cache hit, corrupt entry rebuilt, artifact round trip
   loaded.reset();
   fs::resize_file(art / "kernels.so", 100);
   CHECK_THROWS_AS(CpuModel::load(art.string(), 1), Error);
+
+  // A library without its checksum is what another process's publish looks like between its two
+  // renames: the rebuild replaces it by rename and never removes it, so the path names a library
+  // all along (removing it made a concurrent process's dlopen fail in CI).
+  third.reset();
+  fs::remove(third_so.substr(0, third_so.size() - 3) + ".sum");
+  std::atomic<bool> done{false}, ever_missing{false};
+  bool rebuilt = false;
+  std::thread rebuild([&] {
+    auto again = CpuModel::build(m.graph, nullptr, o);
+    rebuilt = again->info()["build"]["rebuilt_corrupt_entry"].get<bool>();
+    done = true;
+  });
+  while (!done) {
+    if (!fs::exists(third_so)) ever_missing = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  rebuild.join();
+  CHECK(rebuilt);
+  CHECK_FALSE(ever_missing);
 }
 
 #include "fusion/target.h"
