@@ -360,7 +360,7 @@ struct Lowerer {
     // Bool and 8/16-bit values load exactly; whatever makes a non-float value from them is
     // checked where it is produced (expr_uncached). Wider integers only inside a float Cast, or
     // in parts.
-    if (part >= 0 && b.dtype != DType::Int64 && b.dtype != DType::Int32 && b.dtype != DType::UInt64 && b.dtype != DType::UInt32)
+    if (part >= 0 && !dm::wide_int_dtype(b.dtype))
       fail(ErrorKind::Invalid, "lowering: integer parts of a " + std::string(dtype_name(b.dtype)) + " buffer");
     if (part < 0 && b.dtype != DType::Float32 && !int_as_float && !dm::exact_dtype(b.dtype))
       throw NoLowering{"loads " + std::string(dtype_name(b.dtype)) + " value '" + b.value + "'", "dtype"};

@@ -205,11 +205,8 @@ bool float_exact(ExprHost& h, const std::string& v) { return exact_dtype(h.graph
 // from a buffer or a constant (its parts are then not at hand).
 std::optional<int> wide_int_compare(ExprHost& h, const Node& n, const IndexMap& m) {
   const Graph& g = h.graph();
-  auto wide = [&](const std::string& v) {
-    DType d = g.type(v).dtype;
-    return d == DType::Int64 || d == DType::Int32 || d == DType::UInt64 || d == DType::UInt32;
-  };
-  if (n.inputs.size() != 2 || !wide(n.inputs[0]) || !wide(n.inputs[1])) return std::nullopt;
+  if (n.inputs.size() != 2 || !wide_int_dtype(g.type(n.inputs[0]).dtype) || !wide_int_dtype(g.type(n.inputs[1]).dtype))
+    return std::nullopt;
   Shape out = h.shape_of(n.outputs[0]);
   std::array<std::array<int, 3>, 2> p{};
   for (size_t i = 0; i < 2; ++i) {
@@ -308,6 +305,8 @@ bool moves_data(const std::string& op) {
                                             "Identity", "Gather", "Slice", "Concat", "Tile"};
   return ops.count(op) != 0;
 }
+
+bool wide_int_dtype(DType d) { return d == DType::Int64 || d == DType::Int32 || d == DType::UInt64 || d == DType::UInt32; }
 
 bool exact_in_float(const Graph& g, const Node& n) {
   if (!n.domain.empty()) return false;

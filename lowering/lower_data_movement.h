@@ -54,6 +54,8 @@ bool elementwise_op(const std::string& op);
 bool moves_data(const std::string& op);
 // Types whose every value float holds exactly (float, bool, 8- and 16-bit integers).
 bool exact_dtype(DType d);
+// 32/64-bit integers: compared by exact parts (Expr::part), as float would round them.
+bool wide_int_dtype(DType d);
 // Node n produces a non-float value that the expression holds exactly (so it may be stored
 // into its integer/bool buffer): Cast from float, comparisons, logical ops.
 bool exact_in_float(const Graph& g, const Node& n);
