@@ -308,7 +308,12 @@ struct StageEmitter {
     const int64_t blk = st.layout_block, C = st.driver[1], Cb = (C + blk - 1) / blk, OW = st.driver[3];
     o << "    const int64_t n_ = r / " << i64(Cb) << ", cb_ = r % " << i64(Cb) << ", s_ = c / " << i64(blk) << ", oh_ = s_ / "
       << i64(OW) << ", ow_ = s_ % " << i64(OW) << ", lane_ = c % " << i64(blk) << ";\n";
-    o << "    const int64_t nv_ = std::min<int64_t>(" << i64(blk) << ", " << i64(C) << " - cb_ * " << i64(blk) << ");\n";
+    // Valid lanes of block cb_ (only the last block of a channel count that is not a multiple of
+    // the block has fewer). Spelled as the constant where every block is whole, so that a masked
+    // load (a plain per-channel bias) folds to one vector load: with the min, the compiler kept a
+    // lane-by-lane path for every result of a conv tile and spilled its accumulators around it.
+    if (C % blk == 0) o << "    const int64_t nv_ = " << i64(blk) << ";\n";
+    else o << "    const int64_t nv_ = std::min<int64_t>(" << i64(blk) << ", " << i64(C) << " - cb_ * " << i64(blk) << ");\n";
     o << "    (void)n_; (void)cb_; (void)oh_; (void)ow_; (void)lane_; (void)nv_;\n";
   }
   // "fn<V, lane stride>(buffer + offset of lane 0, lane, valid lanes" (the caller closes the call).
