@@ -450,9 +450,17 @@ constexpr bool conv_nchwc_task_used(int ocb) {
 
 // Accumulators per pixel for OCB output blocks: all vector registers but the weights and the
 // broadcast input (16 on AVX2, 32 on AVX-512 and NEON).
+// Except AVX2's two-block 1x1 tile (a Pointwise class), which takes 5 pixels, not 6: 10
+// accumulators still cover the FMA latency, the 49 pixels of a 7x7 map are 10 tiles of 5
+// where they were 9 of 6 (the ninth for one pixel), and the registers left over kept the
+// compiler from parking an accumulator on the stack around each block of channels. On a Zen 3
+// core the 7x7 1x1 layers of ResNet-50 and MobileNetV2 ran 8-10% faster and the others 0-3%;
+// the 3x3 layers on the same tile ran up to 10% slower with 5, so they keep 6
+// (bench/kernels_bench.cpp --only conv, session 28).
 template <class Arch>
-constexpr int conv_nchwc_ur(int ocb) {
+constexpr int conv_nchwc_ur(int ocb, bool pointwise = false) {
   const int regs = vfloat<Arch>::size == 8 ? 16 : 32;
+  if (pointwise && regs == 16 && ocb == 2) return 5;
   const int ur = (regs - ocb - 1) / ocb;
   return ur > 14 ? 14 : ur;
 }
@@ -484,7 +492,7 @@ inline bool conv_pixels_outermost(int64_t threads, int64_t K, int64_t taps, int6
 template <class Arch, ConvClass CC, int OCB, class Ep>
 inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cin, int64_t wspan,
                             int64_t cchunk, int64_t n, int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
-  constexpr int UR = conv_nchwc_ur<Arch>(OCB);
+  constexpr int UR = conv_nchwc_ur<Arch>(OCB, CC.kind == ConvKind::Pointwise);
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   const int64_t Kb = nchwc_blocks(a.K, L), taps = g.KH * g.KW;
   const int64_t ystride = g.OH * g.OW * L;
@@ -651,7 +659,7 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   // pixels as it can while every worker still gets ~4 tasks. (Segments in multiples of the
   // 4-block tile's 6 pixels left a 16-channel conv's 14-pixel tiles short at every task end, on
   // the checked path.)
-  const int64_t ocb = std::min<int64_t>(OCBMAX, std::min(win.bpw, Kb)), UR = conv_nchwc_ur<Arch>(int(ocb));
+  const int64_t ocb = std::min<int64_t>(OCBMAX, std::min(win.bpw, Kb)), UR = conv_nchwc_ur<Arch>(int(ocb), CC.kind == ConvKind::Pointwise);
   const int64_t qmax = std::max<int64_t>(UR, 16384 / (ocb * L) / UR * UR);
   const int64_t threads = par_threads(par);  // how finely to split (results never depend on it)
   const int64_t want = 4 * std::max<int64_t>(1, threads), nseg_want = std::max<int64_t>(1, ceil_div(want, a.N * kgroups));

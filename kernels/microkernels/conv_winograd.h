@@ -259,7 +259,7 @@ bool conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>&
 
   // 2. P products, each a 1x1 NCHWc convolution over the T tiles (one image, one row of T).
   constexpr int OCBMAX = detail::conv_nchwc_ocbmax<Arch>();
-  constexpr int64_t UR = detail::conv_nchwc_ur<Arch>(OCBMAX);
+  constexpr int64_t UR = detail::conv_nchwc_ur<Arch>(OCBMAX, true);  // the tile of the products class
   const int64_t kgroups = ceil_div(Kb, int64_t(OCBMAX));
   const detail::ConvGeom g1{1, wg.T, 1, wg.T, 1, 1, 1, 1, 0, 0, 1, 1};
   const int64_t cchunk = std::max<int64_t>(1, 32768 / (OCBMAX * L));
