@@ -207,12 +207,11 @@ struct NchwcInput {
     cstride = H * W * (blk ? Lanes : 1);
     sn = (blk ? nchwc_blocks(C, Lanes) : C) * cstride;
   }
-  const float* chan(int64_t n, int64_t c) const { return x + n * sn + (blocked ? (c / L) * cstride + c % L : c * cstride); }
-  // The same with the block width known at compile time (Lanes == L): the channel loops step to
-  // the next block through this, and by the run-time L it was a 64-bit division per block, on the
-  // path to the block's first broadcast: ~10% of a 1x1 conv's time with its data in L1.
+  // Lanes: the block width (== L), given at compile time: the channel loops step to the next
+  // block through this, and by the run-time L it was a 64-bit division per block, on the path to
+  // the block's first broadcast: ~10% of a 1x1 conv's time with its data in L1.
   template <int64_t Lanes>
-  const float* chan_in_blocks_of(int64_t n, int64_t c) const {
+  const float* chan(int64_t n, int64_t c) const {
     return x + n * sn + (blocked ? (c / Lanes) * cstride + c % Lanes : c * cstride);
   }
   // The input from channel c0 on (a grouped conv's window; blocked: c0 a multiple of L).
@@ -265,7 +264,7 @@ inline void conv_nchwc_1x1_channels(vfloat<Arch> (&acc)[OCB][UR], const NchwcInp
   for (int64_t ci = c0; ci < c1;) {
     const int64_t cend = in.blocked ? std::min(c1, (ci / L + 1) * L) : c1;
     const int64_t cstep = in.blocked ? 1 : in.cstride;
-    const float* xp = in.chan_in_blocks_of<L>(n, ci) + off[0];
+    const float* xp = in.chan<L>(n, ci) + off[0];
     for (; ci < cend; ++ci, xp += cstep, wc += OCB * L) {
       if constexpr (Prefetch) {
         if (pfi < pf.lines) __builtin_prefetch(pf.w + pfi * 16, 0, 2);  // 16 floats: one line
@@ -300,7 +299,7 @@ inline void conv_nchwc_spatial_channels(vfloat<Arch> (&acc)[OCB][UR], const Conv
   for (int64_t ci = c0; ci < c1;) {
     const int64_t cend = in.blocked ? std::min(c1, (ci / L + 1) * L) : c1;
     const int64_t cstep = in.blocked ? 1 : in.cstride;
-    const float* xc = in.chan_in_blocks_of<L>(n, ci);
+    const float* xc = in.chan<L>(n, ci);
     const float* wc = w + ci * tapsL;
     for (; ci < cend; ++ci, xc += cstep, wc += tapsL) {
       for (int64_t kh = kh_lo; kh < kh_hi; ++kh) {

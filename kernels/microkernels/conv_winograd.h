@@ -169,10 +169,10 @@ inline void wino_input_row(const ConvNchwcArgs& a, const WinogradGeom& wg, const
         const int64_t ih = ih0 + i, iw = iw0 + j;
         if (interior || (uint64_t(ih) < uint64_t(a.H) && uint64_t(iw) < uint64_t(a.W))) {
           if (in.blocked) {
-            d[i][j] = V::load_unaligned(in.chan(n, cb * L) + ih * in.sh + iw * in.sw);
+            d[i][j] = V::load_unaligned(in.chan<L>(n, cb * L) + ih * in.sh + iw * in.sw);
           } else {  // plain NCHW input (first conv of a blocked chain): gather the block's channels
             alignas(64) float tmp[L];
-            const float* p = in.chan(n, cb * L) + ih * in.sh + iw;
+            const float* p = in.chan<L>(n, cb * L) + ih * in.sh + iw;
             for (int64_t l = 0; l < L; ++l) tmp[l] = l < valid ? p[l * in.cstride] : 0.f;
             d[i][j] = V::load_aligned(tmp);
           }
