@@ -19,6 +19,7 @@
 #include "microkernels/gemm_int8.h"
 #include "microkernels/gemm.h"
 #include "microkernels/math.h"
+#include "microkernels/reduce.h"
 
 namespace nf {
 
@@ -451,28 +452,12 @@ inline void softmax_axis(const nnfuse_exec_ctx* ctx, const float* x, float* y, i
   });
 }
 
-// (x - mean) / sqrt(var + eps) over rows of n contiguous elements (scale/bias are epilogue).
+// (x - mean) / sqrt(var + eps) over rows of n contiguous elements (scale/bias are epilogue): the
+// vectorized microkernel (reduce.h). A scalar loop summing in double took 1.45 ms for a
+// 1500 x 384 LayerNormalization (Whisper-tiny's encoder), ORT's 0.37.
 template <class Ep>
 inline void layernorm(const nnfuse_exec_ctx* ctx, const float* x, float* y, int64_t rows, int64_t n, float eps, const Ep& ep) {
-  Par{ctx}(rows, [&](int64_t b, int64_t e) {
-    std::vector<float> t(size_t(std::max<int64_t>(n, 1)));
-    for (int64_t r = b; r < e; ++r) {
-      const float* xr = x + r * n;
-      double s = 0;
-      for (int64_t c = 0; c < n; ++c) s += xr[c];
-      float mean = float(s / double(n));
-      double q = 0;
-      for (int64_t c = 0; c < n; ++c) {
-        double d = double(xr[c]) - mean;
-        q += d * d;
-      }
-      float inv = float(1.0 / std::sqrt(q / double(n) + double(eps)));
-      int64_t c = 0;
-      for (; c + L <= n; c += L) ((VF::load_unaligned(xr + c) - VF(mean)) * VF(inv)).store_unaligned(t.data() + c);
-      for (; c < n; ++c) t[size_t(c)] = (xr[c] - mean) * inv;
-      store_row(y + r * n, t.data(), n, r, ep);
-    }
-  });
+  nnfuse::mk::layernorm<A>(rows, n, x, n, nullptr, nullptr, eps, y, n, ep, Par{ctx});
 }
 
 // Reduction of x viewed as [outer, red, inner] over red; mode 0 sum, 1 mean, 2 max.
