@@ -51,12 +51,13 @@ struct StageEmitter {
 
   StageEmitter(const KernelModule& mod, const Stage& s) : m(mod), st(s) {}
 
-  std::string off_fn(const IndexMap& map, int tag) {
+  // width: the row length of the map's view (a windowed store's window, else the stage's).
+  std::string off_fn(const IndexMap& map, int tag, int64_t width = -1) {
     std::string fn = "off_" + st.name + "_" + std::to_string(tag);
     // ctx and B: a Gather step reads its index buffer and reports an index out of range.
     pre << "static inline int64_t " << fn << "(const nnfuse_exec_ctx* ctx, void* const* B, int64_t r, int64_t c) {\n";
     pre << "  (void)ctx; (void)B;\n";
-    pre << "  int64_t e = r * " << i64(st.width) << " + c;\n";
+    pre << "  int64_t e = r * " << i64(width < 0 ? st.width : width) << " + c;\n";
     const Shape& d = map.domain;
     std::string cur = "a0";
     pre << "  int64_t a0[" << std::max<size_t>(d.size(), 1) << "] = {0};\n";
@@ -92,9 +93,14 @@ struct StageEmitter {
     return fn;
   }
 
-  std::string offset_expr(const IndexMap& map, const Access& a, int tag) {
-    if (a.affine) return (a.base ? i64(a.base) + " + " : std::string()) + "r * " + i64(a.row_stride) + " + c * " + i64(a.col_stride);
-    return off_fn(map, tag) + "(ctx, B, r, c)";
+  std::string offset_expr(const IndexMap& map, const Access& a, int tag, const std::string& c = "c", int64_t width = -1) {
+    if (a.affine) return (a.base ? i64(a.base) + " + " : std::string()) + "r * " + i64(a.row_stride) + " + " + c + " * " + i64(a.col_stride);
+    return off_fn(map, tag, width) + "(ctx, B, r, " + c + ")";
+  }
+  // A windowed store (Store::window_lo/hi) sees the column c - window_lo of its window.
+  static std::string store_col(const Store& s) { return s.windowed() ? "(c - " + i64(s.window_lo) + ")" : "c"; }
+  static bool window_aligned(const Store& s) {
+    return !s.windowed() || (s.window_lo % kStoreWindowAlign == 0 && s.window_hi % kStoreWindowAlign == 0);
   }
 
   std::string buf(int b) { return "b" + std::to_string(b); }
@@ -231,7 +237,10 @@ struct StageEmitter {
         continue;
       }
       auto sp = split_stores.find(int(i));
-      const std::string off = sp != split_stores.end() ? sp->second : offset_expr(s.map, s.access, 1000 + int(i));
+      const std::string off =
+          sp != split_stores.end() ? sp->second : offset_expr(s.map, s.access, 1000 + int(i), store_col(s), s.width_in(st.width));
+      // A window's vectors lie wholly inside or outside it (window_aligned, else lane by lane).
+      if (s.windowed()) o << "    if (c >= " << i64(s.window_lo) << " && c < " << i64(s.window_hi) << ")";
       o << "    nf::st<V>(" << buf(s.buffer) << " + " << off << ", e" << s.expr << ");\n";
     }
   }
@@ -247,13 +256,13 @@ struct StageEmitter {
   // epilogue stores [heads, seq, d] as [seq, heads * d], ran at a third of its GEMM's speed.
   // Returns whether the epilogue can then run on vectors.
   bool plan_anchor_row_split() {
-    auto unit_cols = [&](const IndexMap& map, bool load, int64_t& stride) {
-      ColumnSplit cs = split_columns(map, st.width, [&](int b) { return constant_index(b); });
+    auto unit_cols = [&](const IndexMap& map, bool load, int64_t& stride, int64_t width) {
+      ColumnSplit cs = split_columns(map, width, [&](int b) { return constant_index(b); });
       stride = cs.col_stride;
       if (cs.separable && !cs.col_dynamic && cs.col_affine && (cs.col_stride == 1 || (load && cs.col_stride == 0))) return true;
       for (int64_t s : {int64_t(1), int64_t(0)}) {
         if (s == 0 && !load) break;
-        if (columns_affine(map, st.width, s)) return stride = s, true;
+        if (columns_affine(map, width, s)) return stride = s, true;
       }
       return false;
     };
@@ -264,7 +273,7 @@ struct StageEmitter {
       const Expr& e = st.exprs[i];
       if (e.kind != Expr::Load || vectorizable_load(e.access)) continue;
       int64_t stride = 0;
-      if (m.buffers[size_t(e.buffer)].dtype != DType::Float32 || !unit_cols(e.map, true, stride)) return false;
+      if (m.buffers[size_t(e.buffer)].dtype != DType::Float32 || !unit_cols(e.map, true, stride, st.width)) return false;
       loads.push_back({int(i), stride});
     }
     // Stores whose columns are contiguous only in aligned runs of 16 (so of any vector width): a
@@ -273,11 +282,13 @@ struct StageEmitter {
     std::map<int, std::vector<int64_t>> chunked;
     for (size_t i = 0; i < st.stores.size(); ++i) {
       const Store& s = st.stores[i];
+      if (!window_aligned(s)) return false;
       if (int(i) == st.primary_store || (s.access.affine && s.access.col_stride == 1)) continue;
       int64_t stride = 0;
-      if (unit_cols(s.map, false, stride)) {
+      const int64_t w = s.width_in(st.width);
+      if (unit_cols(s.map, false, stride, w)) {
         stores.push_back(int(i));
-      } else if (std::vector<int64_t> tab; columns_chunked(s.map, st.width, kStoreChunk, tab)) {
+      } else if (std::vector<int64_t> tab; columns_chunked(s.map, w, kStoreChunk, tab)) {
         chunked[int(i)] = std::move(tab);
       } else {
         return false;
@@ -288,14 +299,18 @@ struct StageEmitter {
       split_loads[i] = "nf::ld<V, " + std::to_string(stride) + ">(" + buf(e.buffer) + " + " + off_fn(e.map, i) + "(ctx, B, r, 0)" +
                        (stride ? " + c" : "") + ")";
     }
-    for (int i : stores) split_stores[i] = off_fn(st.stores[size_t(i)].map, 1000 + i) + "(ctx, B, r, 0) + c";
+    for (int i : stores) {
+      const Store& s = st.stores[size_t(i)];
+      split_stores[i] = off_fn(s.map, 1000 + i, s.width_in(st.width)) + "(ctx, B, r, 0) + " + store_col(s);
+    }
     for (auto& [i, tab] : chunked) {
-      const std::string name = "runs_" + st.name + "_" + std::to_string(i);
+      const Store& s = st.stores[size_t(i)];
+      const std::string name = "runs_" + st.name + "_" + std::to_string(i), c = store_col(s);
       pre << "static const int64_t " << name << "[] = {";
       for (size_t k = 0; k < tab.size(); ++k) pre << (k ? "," : "") << tab[k];
       pre << "};\n";
-      split_stores[i] = off_fn(st.stores[size_t(i)].map, 1000 + i) + "(ctx, B, r, 0) + " + name + "[c / " + std::to_string(kStoreChunk) +
-                        "] + c % " + std::to_string(kStoreChunk);
+      split_stores[i] = off_fn(s.map, 1000 + i, s.width_in(st.width)) + "(ctx, B, r, 0) + " + name + "[" + c + " / " +
+                        std::to_string(kStoreChunk) + "] + " + c + " % " + std::to_string(kStoreChunk);
     }
     return true;
   }

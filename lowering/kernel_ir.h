@@ -123,7 +123,17 @@ struct Store {
   int expr = -1;
   IndexMap map;   // driver index -> buffer index (identity for elementwise stages)
   Access access;
+  // A column window (an anchor epilogue storing one output of a Split of the anchor's last axis):
+  // the store applies only to the stage's columns c in [window_lo, window_hi), at map(r, c -
+  // window_lo); map's domain and access then cover the window (rows x (hi - lo)), not the driver.
+  // window_hi < 0: no window. Lowering makes windows only where the stage's width is the driver's
+  // last dim, and emitters vectorize them only when lo and hi are multiples of 16.
+  int64_t window_lo = 0, window_hi = -1;
+  bool windowed() const { return window_hi >= 0; }
+  int64_t width_in(int64_t stage_width) const { return windowed() ? window_hi - window_lo : stage_width; }
 };
+// Window boundaries vector stores may assume: every vector width divides it.
+constexpr int64_t kStoreWindowAlign = 16;
 
 enum class StageKind { Elementwise, Anchor, Fallback };
 const char* stage_kind_name(StageKind k);

@@ -412,6 +412,24 @@ struct Lowerer {
     return r;
   }
 
+  // Split output v is the window of the input at the summed sizes of the outputs before it along
+  // the axis: that start times `sign` on the axis, 0 elsewhere (+1: v's index to the input's,
+  // -1: the input's index to v's).
+  std::vector<int64_t> split_window_start(const Node& n, const std::string& v, int64_t sign) {
+    const Shape in = shape_of(n.inputs[0]);
+    int64_t axis = n.attrs.get_int("axis", 0);
+    if (axis < 0) axis += int64_t(in.size());
+    int64_t start = 0;
+    for (auto& o : n.outputs) {
+      if (o == v) break;
+      if (o.empty()) no_lowering(n, "absent output");
+      start += shape_of(o)[size_t(axis)];
+    }
+    std::vector<int64_t> off(in.size(), 0);
+    off[size_t(axis)] = sign * start;
+    return off;
+  }
+
   int expr_uncached(StageBuilder& sb, BlockCtx& bc, const std::string& v, const IndexMap& m) {
     if (!sb.anchor_value.empty() && v == sb.anchor_value) {
       if (!m.is_identity()) throw NoLowering{"anchor output read through a non-identity map " + m.str(), "epilogue"};
@@ -576,19 +594,8 @@ struct Lowerer {
       return expr_of(sb, bc, n.inputs[0], then(m, broadcast_step(out, in)));
     }
     if (op == "Split") {
-      // Output i is the window of the input at the summed sizes of outputs 0..i-1 along axis.
       Shape in = shape_of(n.inputs[0]);
-      int64_t axis = n.attrs.get_int("axis", 0);
-      if (axis < 0) axis += int64_t(in.size());
-      int64_t start = 0;
-      for (auto& o : n.outputs) {
-        if (o == v) break;
-        if (o.empty()) no_lowering(n, "absent output");
-        start += shape_of(o)[size_t(axis)];
-      }
-      std::vector<int64_t> off(in.size(), 0);
-      off[size_t(axis)] = start;
-      return expr_of(sb, bc, n.inputs[0], then(m, offset_step(out, in, std::move(off))));
+      return expr_of(sb, bc, n.inputs[0], then(m, offset_step(out, in, split_window_start(n, v, +1))));
     }
     no_lowering(n, "no lowering for this op yet");
   }
@@ -604,7 +611,13 @@ struct Lowerer {
       if (!vectorizable_load(e.access)) st.vectorizable = false;
     }
     for (auto& s : st.stores) {
-      s.access = classify_access(s.map, st.rows, st.width);
+      if (s.windowed()) {
+        // Windows exist only over a width that is the driver's last dim (the Split's axis).
+        if (st.driver.empty() || st.width != st.driver.back())
+          throw NoLowering{"a Split window in a stage of width " + std::to_string(st.width), "epilogue"};
+        if (s.window_lo % kStoreWindowAlign || s.window_hi % kStoreWindowAlign) st.vectorizable = false;
+      }
+      s.access = classify_access(s.map, st.rows, s.width_in(st.width));
       if (!s.access.affine || s.access.col_stride != 1) st.vectorizable = false;
     }
   }
@@ -777,6 +790,9 @@ struct Lowerer {
         for (size_t i = 0; i < n.inputs.size(); ++i)
           if (!n.inputs[i].empty())
             if (auto f = forward_map(bc, n.inputs[i], O, memo)) {
+              // A Split window composed with a Concat window would lose its bounds (then() merges
+              // the two Offset steps).
+              if (has_shrinking_offset(*f, 0)) throw NoLowering{"epilogue Concat " + n.label() + " of a Split window", "epilogue"};
               res = then(*f, dm::concat_window(g, n, i));
               ++derived;
             }
@@ -801,6 +817,9 @@ struct Lowerer {
             for (int64_t k = int64_t(in.size()); k-- > 0;) perm.push_back(k);
           std::vector<int> src(perm.begin(), perm.end());
           res = then(ins[0], select_step(in, out, src));
+        } else if (op == "Split" && n.domain.empty()) {
+          // A shrinking Offset step: the epilogue stores v in its window only (epilogue_store_window).
+          res = then(ins[0], offset_step(shape_of(n.inputs[0]), out, split_window_start(n, v, -1)));
         } else if (kUnary.count(op) || kBinary.count(op) || op == "Clip" || op == "BatchNormalization" || op == "Cast" || dm::elementwise_op(op)) {
           for (auto& f : ins)
             if (f.codomain() != out || f.str() != ins[0].str())
@@ -1066,8 +1085,53 @@ struct Lowerer {
       if (mod.buffers[size_t(s.buffer)].dtype != DType::Float32) throw NoLowering{"non-float output", "dtype"};
       s.map = fwd[v];
       s.expr = expr_of(sb, bc, v, fwd[v]);
+      epilogue_store_window(s);
       sb.st.stores.push_back(s);
     }
+    // A value after an epilogue Split that reads another buffer (a bias added to one output)
+    // would read it at every anchor column, outside its window too: past the buffer's end. Such
+    // a load's map starts with the Split's step, on the anchor's index space.
+    const bool windows = std::any_of(sb.st.stores.begin(), sb.st.stores.end(), [](const Store& x) { return x.windowed(); });
+    for (auto& e : sb.st.exprs)
+      if (windows && e.kind == Expr::Load && !e.map.steps.empty() && shrinking_offset(e.map.steps[0]) && e.map.steps[0].from == e.map.domain)
+        throw NoLowering{"epilogue reads " + mod.buffers[size_t(e.buffer)].value + " after a Split of the anchor output", "epilogue"};
+  }
+
+  // A forward map through a Split (forward_map) has an Offset step that shrinks its index space:
+  // indices outside the window land outside the output.
+  static bool shrinking_offset(const IndexStep& s) {
+    if (s.kind != IndexStep::Offset) return false;
+    for (size_t k = 0; k < s.to.size(); ++k)
+      if (s.to[k] < s.from[k] || s.off[k] < 0) return true;
+    return false;
+  }
+  static bool has_shrinking_offset(const IndexMap& m, size_t from_step) {
+    for (size_t i = from_step; i < m.steps.size(); ++i)
+      if (shrinking_offset(m.steps[i])) return true;
+    return false;
+  }
+
+  // An epilogue store through a Split of the anchor output's last axis: the map's first step is
+  // the window (unit stride, only the last axis shrinks). The store becomes a column window
+  // (Store::window_lo/hi) with the rest of the map over the window's index space. Any other
+  // shrinking step (a Split of another axis, or after a Transpose) is not lowered as a window.
+  void epilogue_store_window(Store& s) {
+    if (s.map.steps.empty() || !shrinking_offset(s.map.steps[0])) {
+      if (has_shrinking_offset(s.map, 0)) throw NoLowering{"epilogue store through a Split window " + s.map.str(), "epilogue"};
+      return;
+    }
+    const IndexStep& w = s.map.steps[0];
+    const size_t last = w.from.size() - 1;
+    bool ok = !w.from.empty() && w.to.size() == w.from.size() && (w.stride.empty() || std::all_of(w.stride.begin(), w.stride.end(), [](int64_t x) { return x == 1; }));
+    for (size_t k = 0; ok && k < last; ++k) ok = w.from[k] == w.to[k] && w.off[k] == 0;
+    const int64_t lo = ok ? -w.off[last] : 0, hi = lo + (ok ? w.to[last] : 0);
+    ok = ok && lo >= 0 && hi <= w.from[last] && hi > lo;
+    if (!ok || has_shrinking_offset(s.map, 1)) throw NoLowering{"epilogue store through a Split window " + s.map.str(), "epilogue"};
+    IndexMap rest;
+    rest.domain = w.to;
+    rest.steps.assign(s.map.steps.begin() + 1, s.map.steps.end());
+    s.map = std::move(rest);
+    s.window_lo = lo, s.window_hi = hi;
   }
 
   // Offsets of a batched operand per element of the output batch `ob` (broadcast batch dims
@@ -1112,6 +1176,8 @@ struct Lowerer {
       for (auto& v : b.outputs) {
         if (std::find(pro_values.begin(), pro_values.end(), v) != pro_values.end()) continue;
         if (auto f = forward_map(bc, v, O, fmemo)) {
+          // Split windows are stored by GEMM epilogues only.
+          if (has_shrinking_offset(*f, 0)) throw NoLowering{"Split after attention", "epilogue"};
           post_outs.push_back(v);
           fwd[v] = *f;
         } else {

@@ -145,9 +145,10 @@ struct KernelPrinter {
 
   // A map's offset at (r, c) for a map that is not affine: statements into `o` computing a fresh
   // variable, which is returned (the CPU emitter's off_fn, inline).
-  std::string map_offset(std::ostringstream& o, const IndexMap& map, const std::string& r, const std::string& c) {
+  // width: the row length of the map's view (a windowed store's window, else the stage's).
+  std::string map_offset(std::ostringstream& o, const IndexMap& map, const std::string& r, const std::string& c, int64_t width = -1) {
     const std::string var = "o" + std::to_string(tmp++);
-    o << "    i64 " << var << ";\n    {\n      i64 e = " << r << " * " << i64s(st.width) << " + " << c << ";\n";
+    o << "    i64 " << var << ";\n    {\n      i64 e = " << r << " * " << i64s(width < 0 ? st.width : width) << " + " << c << ";\n";
     const Shape& d = map.domain;
     o << "      i64 a0[" << std::max<size_t>(d.size(), 1) << "];\n      a0[0] = 0;\n";
     for (size_t q = d.size(); q-- > 0;) o << "      a0[" << q << "] = e % " << i64s(d[q]) << "; e /= " << i64s(d[q]) << ";\n";
@@ -190,9 +191,10 @@ struct KernelPrinter {
     return var;
   }
 
-  std::string offset(std::ostringstream& o, const IndexMap& map, const Access& a, const std::string& r, const std::string& c) {
+  std::string offset(std::ostringstream& o, const IndexMap& map, const Access& a, const std::string& r, const std::string& c,
+                     int64_t width = -1) {
     if (a.affine) return "(" + i64s(a.base) + " + " + r + " * " + i64s(a.row_stride) + " + " + c + " * " + i64s(a.col_stride) + ")";
-    return map_offset(o, map, r, c);
+    return map_offset(o, map, r, c, width);
   }
 
   // The expression pool and the stores at (r, c) ("r", "c" in scope); `v`: the anchor value's
@@ -233,7 +235,10 @@ struct KernelPrinter {
       if (int(i) == skip_store) continue;
       const Store& s = st.stores[i];
       const std::string b = buf(s.buffer);
-      const std::string off = offset(o, s.map, s.access, "r", "c");
+      // A windowed store (an epilogue Split) writes only its columns, at c - window_lo.
+      const std::string c = s.windowed() ? "(c - " + i64s(s.window_lo) + ")" : std::string("c");
+      const std::string off = offset(o, s.map, s.access, "r", c, s.width_in(st.width));
+      if (s.windowed()) o << "    if (c >= " << i64s(s.window_lo) << " && c < " << i64s(s.window_hi) << ")";
       o << "    " << b << "[" << off << "] = (" << type_of(s.buffer) << ")(e" << s.expr << ");\n";
     }
     if (skip_store >= 0) return "e" + std::to_string(st.stores[size_t(skip_store)].expr);

@@ -126,6 +126,11 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
   auto mi = gb.input("mi", DType::Float32, {3, 5});
   gb.output(gb.op("Mul", {mi, gb.op("Tanh", {gb.op("Softplus", {mi})})}));
   gb.output(gb.op("Gelu", {mi}, GraphBuilder::attrs({{"approximate", A::s("tanh")}})));
+  // A combined projection split into column windows stored from the GEMM's epilogue (one as heads apart).
+  auto qkv = gb.op("Add", {gb.op("MatMul", {gb.input("qx", DType::Float32, {1, 6, 40}), gb.weight("qw", {40, 48}, 0.2f)}), gb.weight("qb", {48}, 0.1f)});
+  auto qsp = gb.op_n("Split", {qkv, gb.ints("qsplit", {16, 32})}, 2, GraphBuilder::attrs({{"axis", A::i(-1)}}));
+  gb.output(gb.op("Relu", {qsp[0]}));
+  gb.output(gb.op("Transpose", {gb.op("Reshape", {qsp[1], gb.ints("qshape", {1, 6, 2, 16})})}, GraphBuilder::attrs({{"perm", A::is({0, 2, 1, 3})}})));
   auto ia = gb.input("ia", DType::Int64, {2, 5}), ib = gb.input("ib", DType::Int64, {5});
   gb.output(gb.op("LessOrEqual", {ia, ib}));
   gb.output(gb.op("Equal", {ia, ib}));
@@ -138,6 +143,10 @@ TEST_CASE("device: each kernel form matches the reference on small graphs", "[de
                         "tiled_gemm_split_sum", "implicit_gemm_conv_split_sum"})
     CHECK(forms.contains(f));
   CHECK(dm->info()["host_stages"] == 0);  // every stage printed for the device, none moved to the host
+  int windows = 0;
+  for (auto& st : dm->module().stages)
+    for (auto& s : st.stores) windows += s.windowed();
+  CHECK(windows == 2);  // the Split's outputs, stored from the GEMM's epilogue
   TensorMap feeds = random_feeds(m.graph, 3);
   // Neighbours that float rounds together (2^40 +- 1, INT64_MIN + 1), negative and past 2^44:
   // the int64 comparisons must read the exact parts.

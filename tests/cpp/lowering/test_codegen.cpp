@@ -118,6 +118,59 @@ TEST_CASE("codegen: an epilogue storing heads apart ([seq, heads * d] as [heads,
   }
 }
 
+TEST_CASE("codegen: a GEMM epilogue stores each output of a Split of its columns in its window, without a copy stage", "[codegen]") {
+  // A combined Q/K/V projection: MatMul + bias, Split into three column windows, one stored as
+  // heads apart. Windows on multiples of 16 store vectors; a window at column 20 runs lane by lane.
+  for (auto sizes : {std::vector<int64_t>{32, 64, 16}, std::vector<int64_t>{20, 44, 32}}) {
+    INFO("split sizes " << sizes[0] << ", " << sizes[1] << ", " << sizes[2]);
+    GraphBuilder gb("split_epilogue");
+    const int64_t seq = 9, n = sizes[0] + sizes[1] + sizes[2];
+    auto x = gb.input("x", DType::Float32, {1, seq, 40});
+    auto mm = gb.op("MatMul", {x, gb.weight("w", {40, n}, 0.3f)});
+    auto add = gb.op("Add", {mm, gb.weight("bias", {n})});
+    auto sp = gb.op_n("Split", {add, gb.ints("split", sizes)}, 3, GraphBuilder::attrs({{"axis", A::i(-1)}}));
+    auto rl = gb.op("Relu", {sp[0]});
+    auto rs = gb.op("Reshape", {sp[1], gb.ints("shape", {1, seq, 2, sizes[1] / 2})});
+    auto tr = gb.op("Transpose", {rs}, GraphBuilder::attrs({{"perm", A::is({0, 2, 1, 3})}}));
+    gb.output(rl);
+    gb.output(tr);
+    gb.output(sp[2]);
+    Model m = gb.finish();
+    FusionPlan plan = grouped_plan(m.graph, {{mm, add, sp[0], rl, rs, tr}});
+    auto cm = CpuModel::build(m.graph, &plan, opts());
+    CHECK(cm->module().fallback_blocks == 0);
+    int elementwise = 0;
+    for (auto& st : cm->module().stages) elementwise += st.kind == StageKind::Elementwise;
+    CHECK(elementwise == 0);  // before: the anchor output stored whole, then a stage per output
+    std::string code;
+    for (auto& u : emit_cpp(cm->module(), 1)) code += u.code;
+    CHECK(code.find("if (c >= ") != std::string::npos);
+    CHECK((code.find("nf::LaneSplit") != std::string::npos) == (sizes[0] % 16 != 0));
+    TensorMap feeds = random_feeds(m.graph, 5);
+    check_close(cm->run(feeds), run_reference(m.graph, feeds));
+  }
+  SECTION("a Split output that reads another buffer, or is concatenated, is not stored from the epilogue, and stays right") {
+    GraphBuilder gb("split_epilogue_rest");
+    auto x = gb.input("x", DType::Float32, {1, 7, 24});
+    auto mm = gb.op("MatMul", {x, gb.weight("w", {24, 64}, 0.3f)});
+    auto sp = gb.op_n("Split", {mm, gb.ints("split", {32, 32})}, 2, GraphBuilder::attrs({{"axis", A::i(2)}}));
+    // rotate_half: Concat(-x2, x1); and a bias added to one half after the Split.
+    auto neg = gb.op("Neg", {sp[1]});
+    auto rot = gb.op("Concat", {neg, sp[0]}, GraphBuilder::attrs({{"axis", A::i(-1)}}));
+    auto biased = gb.op("Add", {sp[1], gb.weight("b2", {32})});
+    gb.output(rot);
+    gb.output(biased);
+    Model m = gb.finish();
+    for (auto group : {std::vector<std::string>{mm, sp[0], neg, rot}, std::vector<std::string>{mm, sp[0], biased}}) {
+      FusionPlan plan = grouped_plan(m.graph, {group});
+      auto cm = CpuModel::build(m.graph, &plan, opts());
+      CHECK(cm->module().fallback_blocks == 0);
+      TensorMap feeds = random_feeds(m.graph, 6);
+      check_close(cm->run(feeds), run_reference(m.graph, feeds));
+    }
+  }
+}
+
 TEST_CASE("codegen: Softplus is generated and stable for large inputs (Mish)", "[codegen]") {
   GraphBuilder gb("mish");
   auto x = gb.input("x", DType::Float32, {4, 8});
