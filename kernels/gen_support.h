@@ -344,6 +344,27 @@ inline void elementwise_rows(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t w
 
 template <bool Vec, class Body>
 inline void elementwise(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t width, const Body& body) {
+  if constexpr (!Vec) {
+    // A stage that runs on scalars reads some operand with a stride along the row (a Transpose:
+    // [seq, heads, d] -> [heads, d, seq] reads a new cache line per element). Rows of a task go
+    // in column blocks, so that the lines one row read are still in L1 when the next rows (the
+    // neighbouring d) read them: a whole row at a time left 1500 lines between two uses.
+    constexpr int64_t kColBlock = 64, kRowGroup = 16;
+    if (rows > 1 && width < 16384 && width > kColBlock) {
+      const int64_t rows_per_task = std::max<int64_t>(kRowGroup, (16384 / width + kRowGroup - 1) / kRowGroup * kRowGroup);
+      const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+      auto run = [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          const int64_t r0 = t * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
+          for (int64_t c0 = 0; c0 < width; c0 += kColBlock)
+            for (int64_t r = r0; r < r1; ++r) run_row<false>(r, c0, std::min(width, c0 + kColBlock), body);
+        }
+      };
+      if (tasks == 1) run(0, 1);
+      else Par{ctx}(tasks, run);
+      return;
+    }
+  }
   elementwise_rows(ctx, rows, width, [&](int64_t r, int64_t c0, int64_t c1) { run_row<Vec>(r, c0, c1, body); });
 }
 
