@@ -161,15 +161,56 @@ bool chain(const std::vector<int64_t>& coef, const Shape& dims, size_t lo, size_
 
 namespace {
 // The map's offset at the row-major linear position e of its domain.
+// The offset of the map at the domain's linear position e, for maps without Gather steps. The
+// exhaustive checks below evaluate it at every element of index spaces of up to 2^22: through
+// IndexMap::offset (a vector per step and a copy of the codomain per call) that was a third of
+// loading a 1500-token encoder's artifact. Ranks up to kMaxRank run on the stack.
 struct LinearOffset {
+  static constexpr size_t kMaxRank = 16;
   const IndexMap& m;
+  bool small = [this] {
+    if (m.domain.size() > kMaxRank) return false;
+    for (auto& s : m.steps)
+      if (s.kind == IndexStep::Gather || s.to.size() > kMaxRank || s.from.size() > kMaxRank) return false;
+    return true;
+  }();
   std::vector<int64_t> idx = std::vector<int64_t>(m.domain.size(), 0);
   int64_t operator()(int64_t e) {
+    if (!small) {
+      for (size_t k = m.domain.size(); k-- > 0;) {
+        idx[k] = e % m.domain[k];
+        e /= m.domain[k];
+      }
+      return m.offset(idx);
+    }
+    int64_t a[kMaxRank], b[kMaxRank];
+    int64_t* cur = a;
+    int64_t* nxt = b;
     for (size_t k = m.domain.size(); k-- > 0;) {
-      idx[k] = e % m.domain[k];
+      cur[k] = e % m.domain[k];
       e /= m.domain[k];
     }
-    return m.offset(idx);
+    const Shape* shape = &m.domain;
+    for (auto& s : m.steps) {
+      const size_t n = s.to.size();
+      if (s.kind == IndexStep::Offset) {
+        for (size_t k = 0; k < n; ++k) nxt[k] = cur[k] * (s.stride.empty() ? 1 : s.stride[k]) + s.off[k];
+      } else if (s.kind == IndexStep::Select) {
+        for (size_t k = 0; k < n; ++k) nxt[k] = s.src[k] < 0 ? 0 : cur[size_t(s.src[k])];
+      } else {  // Reshape (callers exclude Gather)
+        int64_t lin = 0;
+        for (size_t k = 0; k < s.from.size(); ++k) lin = lin * s.from[k] + cur[k];
+        for (size_t k = n; k-- > 0;) {
+          nxt[k] = s.to[k] ? lin % s.to[k] : 0;
+          lin = s.to[k] ? lin / s.to[k] : 0;
+        }
+      }
+      std::swap(cur, nxt);
+      shape = &s.to;
+    }
+    int64_t off = 0;
+    for (size_t k = 0; k < shape->size(); ++k) off = off * (*shape)[k] + cur[k];
+    return off;
   }
 };
 }  // namespace

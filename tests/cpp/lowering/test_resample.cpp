@@ -278,3 +278,33 @@ TEST_CASE("columns_affine: a head transpose merged into the hidden dim keeps uni
   CHECK_FALSE(columns_affine(m, 20, 1));  // a row of 20 spans positions: stride 12 between them
   CHECK_FALSE(columns_affine(m, 3, 1));   // a row of 3 runs from one position into the next
 }
+
+// columns_chunked's and classify_access's exhaustive checks evaluate the map on the stack
+// (index_map.cpp, LinearOffset): the table and strides they report must be IndexMap::offset's.
+TEST_CASE("columns_chunked and classify_access agree with IndexMap::offset on Offset, Select and Reshape steps", "[lowering]") {
+  // [7, 48] -> window at column 16 of [7, 80] read back as [7, 2, 3, 8] -> transpose (1, 0, 2, 3)
+  // -> [2, 7, 24]: a Split output's heads stored apart, through every step kind.
+  IndexMap m;
+  m.domain = {7, 48};
+  m.steps = {reshape_step({7, 48}, {7, 2, 3, 8}), select_step({7, 2, 3, 8}, {2, 7, 3, 8}, {1, 0, 2, 3}),
+             reshape_step({2, 7, 3, 8}, {2, 7, 24}), offset_step({2, 7, 24}, {2, 7, 40}, {0, 0, 16})};
+  auto offset_at = [&](int64_t r, int64_t c) { return m.offset({r, c}); };
+  std::vector<int64_t> tab;
+  REQUIRE(columns_chunked(m, 48, 8, tab));
+  REQUIRE(tab.size() == 6);
+  for (int64_t r = 0; r < 7; ++r)
+    for (int64_t c = 0; c < 48; ++c) CHECK(offset_at(r, c) == offset_at(r, 0) + tab[size_t(c / 8)] + c % 8);
+  CHECK_FALSE(columns_chunked(m, 48, 16, tab));  // runs of 16 cross a head (24 = 16 + 8)
+  CHECK(columns_affine(m, 8, 1));  // a row of 8 is one head's slice of d
+  CHECK_FALSE(columns_affine(m, 16, 1));
+  CHECK_FALSE(classify_access(m, 42, 8).affine);  // the rows jump between heads
+  // A Reshape then a window: affine only by the exhaustive check, base and strides as offset() has them.
+  IndexMap w;
+  w.domain = {6, 8};
+  w.steps = {reshape_step({6, 8}, {48}), offset_step({48}, {64}, {16})};
+  const Access a = classify_access(w, 6, 8);
+  CHECK(a.affine);
+  CHECK(a.base == w.offset({0, 0}));
+  CHECK(a.row_stride == w.offset({1, 0}) - w.offset({0, 0}));
+  CHECK(a.col_stride == w.offset({0, 1}) - w.offset({0, 0}));
+}
