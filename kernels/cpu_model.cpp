@@ -560,7 +560,7 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   check_artifact_plan(plan, (d / "plan.json").string());
   if (plan["format"] != kArtifactFormat) fail(ErrorKind::Io, "'" + dir + "': unknown artifact format");
   // model.onnx holds the weights the kernels run with: an edited one is refused, not run.
-  if (plan.contains("model_checksum") && file_checksum((d / "model.onnx").string()) != plan["model_checksum"].get<std::string>())
+  if (plan.contains("model_checksum") && !file_checksum_matches((d / "model.onnx").string(), plan["model_checksum"].get<std::string>()))
     fail(ErrorKind::Io, "artifact '" + dir + "': model.onnx is corrupt or was edited (checksum mismatch); rebuild it with nnfuse compile");
   Model model = load_model((d / "model.onnx").string());
   std::string source_model = fs::absolute(d / "model.onnx").string();
@@ -670,7 +670,7 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
     for (auto [file, key] : {std::pair<const char*, const char*>{"model", "program_checksum"}, {"weights.bin", "weights_checksum"}}) {
       std::string p = (d / file).string();
       if (!fs::exists(p)) fail(ErrorKind::Io, "artifact '" + dir + "' lacks " + file);
-      if (file_checksum(p) != plan.value(key, ""))
+      if (!file_checksum_matches(p, plan.value(key, "")))
         fail(ErrorKind::Io, "artifact '" + dir + "': " + file + " is corrupt (checksum mismatch); rebuild it with nnfuse compile");
     }
     check_standalone(m->mod_, m->target_);
@@ -686,7 +686,7 @@ std::unique_ptr<CpuModel> CpuModel::load(const std::string& dir, int threads) {
   if (any_gen) {
     std::string so = (d / "kernels.so").string();
     if (!fs::exists(so)) fail(ErrorKind::Io, "artifact '" + dir + "' lacks kernels.so");
-    if (file_checksum(so) != plan.value("kernels_checksum", ""))
+    if (!file_checksum_matches(so, plan.value("kernels_checksum", "")))
       fail(ErrorKind::Io, "artifact '" + dir + "': kernels.so is corrupt (checksum mismatch); rebuild it with nnfuse compile");
     m->so_path_ = so;
     m->so_ = std::make_unique<SharedObject>(so);

@@ -33,6 +33,9 @@ std::string kernel_include_dir();
 // A 64-bit FNV-1a hash, hex.
 std::string content_hash(const std::string& data);
 std::string file_checksum(const std::string& path);
+// Whether the file has checksum `want`: one of file_checksum's ("w1:size:hash") or, from older
+// builds, "size:fnv1a".
+bool file_checksum_matches(const std::string& path, const std::string& want);
 // The C++ compiler a build uses: ToolchainOptions::compiler, else $NNFUSE_CXX, else g++
 // (aarch64-linux-gnu-g++ for arm-neon off Arm).
 std::string compiler_for(const ToolchainOptions& o);
