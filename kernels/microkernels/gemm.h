@@ -83,6 +83,23 @@ struct GemmArgs {
 
 namespace detail {
 
+// Products under this many FLOPs (a step of a small recurrent cell: 2 x 72 x 24) run on the
+// calling thread: handing a few microseconds of work to another thread costs more than it
+// saves (a 7-step GRU of 24 units took 26 us at 2 threads, 10 us at 1). Generated GEMM stages
+// below it are serial already (kernels/emit_cpp.cpp, serial_anchor); this covers the products
+// that kernels such as the GRU and LSTM make per step.
+constexpr double kSerialGemmFlops = 2.5e5;
+inline bool gemm_runs_serial(int64_t batch, int64_t M, int64_t N, int64_t K) {
+  return 2.0 * double(batch) * double(M) * double(N) * double(std::max<int64_t>(K, 1)) < kSerialGemmFlops;
+}
+// par(n, fn), or fn(0, n) here when `serial`.
+template <class ParFor, class Fn>
+inline void par_unless(bool serial, const ParFor& par, int64_t n, const Fn& fn) {
+  if (n <= 0) return;
+  if (serial) fn(int64_t(0), n);
+  else par(n, fn);
+}
+
 template <class Pro>
 inline constexpr bool is_identity_v = std::is_same_v<std::decay_t<Pro>, IdentityEpilogue>;
 
@@ -320,6 +337,7 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const ASrc& asr
   constexpr int MR = T::MR, NR = T::NR;
   constexpr bool b_prepacked = BSrc::prepacked;
   if (batch <= 0 || M <= 0 || N <= 0) return;
+  const bool serial = gemm_runs_serial(batch, M, N, K);
   const bool a_in_place = asrc.in_place();
   const KBlocking<Arch> kb_(K);
   const int64_t kcmax = std::max<int64_t>(kb_.kc, 1);
@@ -328,7 +346,7 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const ASrc& asr
   constexpr int64_t kMinTasks = 8;
   int64_t mc = M <= T::MC_WHOLE ? ceil_div(M, int64_t(MR)) * MR : T::MC, nt_cols = T::NT;
   int64_t mtiles = ceil_div(M, mc), ntiles = ceil_div(N, nt_cols);
-  if (batch * mtiles * ntiles < kMinTasks) {
+  if (!serial && batch * mtiles * ntiles < kMinTasks) {
     const int64_t per = ceil_div(kMinTasks, batch * mtiles);
     nt_cols = std::max<int64_t>(2 * NR, ceil_div(ceil_div(N, per), NR) * NR);
     ntiles = ceil_div(N, nt_cols);
@@ -342,7 +360,7 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const ASrc& asr
   // one of them gets a tile more (ViT's 197 x 2304 QKV projection: 9 tasks, 5 and 4 on 2 threads;
   // it scaled 1.79x against 1.94x for the 12-task 197 x 3072 one). Narrower column tiles even the
   // count out.
-  if (const int64_t threads = par_threads(par); threads > 1 && (batch * mtiles * ntiles) % threads != 0 &&
+  if (const int64_t threads = serial ? 1 : par_threads(par); threads > 1 && (batch * mtiles * ntiles) % threads != 0 &&
                                                 batch * mtiles * ntiles < 8 * threads) {
     const int64_t panels = ceil_div(N, int64_t(NR));
     for (int64_t want = ntiles + 1; want <= panels; ++want) {
@@ -353,7 +371,7 @@ void gemm_driver(int64_t batch, int64_t M, int64_t N, int64_t K, const ASrc& asr
       }
     }
   }
-  par(batch * mtiles * ntiles, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+  par_unless(serial, par, batch * mtiles * ntiles, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     float* Apk = a_in_place ? nullptr : thread_scratch(ScratchSlot::GemmA, mc * kcmax);
     float* Bpk = b_prepacked ? nullptr : thread_scratch(ScratchSlot::GemmB, nt_cols * kcmax);
     for (int64_t t = lo; t < hi; ++t) {
@@ -483,7 +501,7 @@ void gemv_row(const GemmArgs& g, const Ep& ep, const ParFor& par, const ProA& pr
   constexpr int64_t L = int64_t(V::size);
   constexpr int64_t NC = 64 * L;  // output columns per task
   const int64_t chunks = ceil_div(g.N, NC);
-  par(g.batch * chunks, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+  par_unless(gemm_runs_serial(g.batch, g.M, g.N, g.K), par, g.batch * chunks, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     alignas(64) float acc[NC];
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t b = t / chunks, n0 = (t % chunks) * NC, nn = std::min(NC, g.N - n0);
@@ -544,7 +562,7 @@ void gemv_packed(const GemmArgs& g, const PackedB<Arch>& pb, const Ep& ep, const
   constexpr int64_t PF = 64;  // prefetch distance in rows of a panel
   const KBlocking<Arch> kb_(g.K);
   const int64_t np = ceil_div(g.N, int64_t(NR)), groups = ceil_div(np, G);
-  par(g.batch * groups, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
+  par_unless(gemm_runs_serial(g.batch, g.M, g.N, g.K), par, g.batch * groups, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
     alignas(64) float acc[G * NR];
     alignas(64) float ablk[T::KC];
     for (int64_t t = lo; t < hi; ++t) {

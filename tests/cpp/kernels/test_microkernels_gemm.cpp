@@ -2,6 +2,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <tuple>
 
 #include "test_microkernels_util.h"
 
@@ -235,6 +236,30 @@ TEST_CASE("gemm balances its column tiles over the threads, bitwise equal to one
     double want = 0;
     for (int64_t k = 0; k < K; ++k) want += double(a[m * K + k]) * double(b[k * N + n]);
     CHECK(std::fabs(double(C1[size_t(i)]) - want) <= 1e-4 * (1 + std::fabs(want)));
+  }
+}
+
+TEST_CASE("gemm runs products too small to hand off on the calling thread, with the same bits", "[microkernels][gemm]") {
+  // A step of a small GRU (2 rows x 72 x 24; and its batch-1 form, the matrix-vector path) never
+  // reaches the par-for; 2 x 768 x 768 does. Results equal a serial run's either way.
+  for (auto [M, N, K, handed_off] : {std::tuple<int64_t, int64_t, int64_t, bool>{2, 72, 24, false}, {1, 72, 24, false}, {2, 768, 768, true}}) {
+    INFO(M << " x " << N << " x " << K);
+    Tensor A = random_tensor({M, K}, 41), B = random_tensor({K, N}, 42);
+    mk::PackedB<Arch> pb;
+    pb.pack(K, N, B.data<float>(), N, 1);
+    std::vector<float> C1(size_t(M * N)), C2(C1.size()), C3(C1.size());
+    auto g = mk::GemmArgs::matmul(M, N, K, A.data<float>(), false, B.data<float>(), false, C1.data());
+    mk::gemm_packed<Arch>(g, pb, mk::IdentityEpilogue{}, mk::SerialFor{});
+    std::vector<int64_t> seen;
+    g.C = C2.data();
+    mk::gemm_packed<Arch>(g, pb, mk::IdentityEpilogue{}, CountingFor{2, &seen});
+    CHECK(seen.empty() == !handed_off);
+    require_identical(C1, C2);
+    seen.clear();
+    g.C = C3.data();
+    mk::gemm<Arch>(g, mk::IdentityEpilogue{}, CountingFor{2, &seen});  // B unpacked
+    CHECK(seen.empty() == !handed_off);
+    require_identical(C1, C3);
   }
 }
 
