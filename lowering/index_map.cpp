@@ -160,7 +160,6 @@ bool chain(const std::vector<int64_t>& coef, const Shape& dims, size_t lo, size_
 }  // namespace
 
 namespace {
-// The map's offset at the row-major linear position e of its domain.
 // The offset of the map at the domain's linear position e, for maps without Gather steps. The
 // exhaustive checks below evaluate it at every element of index spaces of up to 2^22: through
 // IndexMap::offset (a vector per step and a copy of the codomain per call) that was a third of

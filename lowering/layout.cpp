@@ -115,6 +115,8 @@ struct LayoutPass {
   bool candidate(const Stage& st) const {
     if (st.kind == StageKind::Fallback || st.driver.size() != 4 || !maps_linear(st) || !all_float(st)) return false;
     if (!st.kernel_outputs.empty()) return false;  // kernel-only anchors (LSTM, NMS) have their own emitters
+    for (auto& s : st.stores)
+      if (s.windowed()) return false;  // blocked stores know no column windows (MatMul/Gemm only have them)
     if (st.kind == StageKind::Elementwise) return true;
     if (st.anchor_op == "Pool") return true;
     if (st.anchor_op != "Conv" || st.anchor_inputs.size() < 2 || B(st.anchor_inputs[1]).kind != BufferKind::Weight) return false;

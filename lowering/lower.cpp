@@ -758,6 +758,8 @@ struct Lowerer {
         for (auto& o : post_outs) {
           auto fo = forward_map(bc, o, x, memo);
           if (!fo) continue;
+          // x through a Split of the Concat: part of x lands outside the output.
+          if (has_shrinking_offset(*fo, 0)) throw NoLowering{"Concat input " + x + " read back through a Split", "epilogue"};
           Store st;
           st.buffer = buffer_for(o);
           st.map = *fo;
@@ -1085,7 +1087,7 @@ struct Lowerer {
       if (mod.buffers[size_t(s.buffer)].dtype != DType::Float32) throw NoLowering{"non-float output", "dtype"};
       s.map = fwd[v];
       s.expr = expr_of(sb, bc, v, fwd[v]);
-      epilogue_store_window(s);
+      epilogue_store_window(s, sb.st.anchor_op);
       sb.st.stores.push_back(s);
     }
     // A value after an epilogue Split that reads another buffer (a bias added to one output)
@@ -1097,12 +1099,18 @@ struct Lowerer {
         throw NoLowering{"epilogue reads " + mod.buffers[size_t(e.buffer)].value + " after a Split of the anchor output", "epilogue"};
   }
 
-  // A forward map through a Split (forward_map) has an Offset step that shrinks its index space:
-  // indices outside the window land outside the output.
+  // A forward map through a Split (forward_map) has an Offset step that maps part of its index
+  // space outside its codomain: indices outside the window land outside the output. Checked on
+  // the step's whole range, so that a Split window merged with a Concat's (then() adds the
+  // offsets: Offset(+64) over [M, 64] -> [M, 64]) is caught too.
   static bool shrinking_offset(const IndexStep& s) {
     if (s.kind != IndexStep::Offset) return false;
-    for (size_t k = 0; k < s.to.size(); ++k)
-      if (s.to[k] < s.from[k] || s.off[k] < 0) return true;
+    for (size_t k = 0; k < s.to.size(); ++k) {
+      if (s.from[k] <= 0) continue;
+      const int64_t stride = s.stride.empty() ? 1 : s.stride[k];
+      const int64_t a = s.off[k], b = s.off[k] + (s.from[k] - 1) * stride;
+      if (std::min(a, b) < 0 || std::max(a, b) >= s.to[k]) return true;
+    }
     return false;
   }
   static bool has_shrinking_offset(const IndexMap& m, size_t from_step) {
@@ -1115,11 +1123,14 @@ struct Lowerer {
   // the window (unit stride, only the last axis shrinks). The store becomes a column window
   // (Store::window_lo/hi) with the rest of the map over the window's index space. Any other
   // shrinking step (a Split of another axis, or after a Transpose) is not lowered as a window.
-  void epilogue_store_window(Store& s) {
+  // Only MatMul/Gemm epilogues take windows: a conv or pooling stage may run in the blocked
+  // layout, whose stores know nothing of them.
+  void epilogue_store_window(Store& s, const std::string& anchor_op) {
     if (s.map.steps.empty() || !shrinking_offset(s.map.steps[0])) {
       if (has_shrinking_offset(s.map, 0)) throw NoLowering{"epilogue store through a Split window " + s.map.str(), "epilogue"};
       return;
     }
+    if (anchor_op != "MatMul" && anchor_op != "Gemm") throw NoLowering{"a Split window in a " + anchor_op + " epilogue", "epilogue"};
     const IndexStep& w = s.map.steps[0];
     const size_t last = w.from.size() - 1;
     bool ok = !w.from.empty() && w.to.size() == w.from.size() && (w.stride.empty() || std::all_of(w.stride.begin(), w.stride.end(), [](int64_t x) { return x == 1; }));

@@ -169,6 +169,34 @@ TEST_CASE("codegen: a GEMM epilogue stores each output of a Split of its columns
       check_close(cm->run(feeds), run_reference(m.graph, feeds));
     }
   }
+  SECTION("no window where the Split's offset merges with a Concat's, nor in a conv epilogue (blocked stores know none)") {
+    // Concat(x, MatMul) then Split at the same boundary: the MatMul's part is output 1, at
+    // Offset(+64) - 64 = identity, and x's part output 0: both must land in range. And a conv
+    // over a 1 x 32 map split along its width (width = the driver's last dim).
+    GraphBuilder gb("split_no_window");
+    auto x = gb.input("x", DType::Float32, {1, 5, 64});
+    auto a = gb.input("a", DType::Float32, {1, 5, 24});
+    auto mm = gb.op("MatMul", {a, gb.weight("w", {24, 64}, 0.3f)});
+    auto cat = gb.op("Concat", {x, mm}, GraphBuilder::attrs({{"axis", A::i(-1)}}));
+    auto sp = gb.op_n("Split", {cat, gb.ints("split", {64, 64})}, 2, GraphBuilder::attrs({{"axis", A::i(-1)}}));
+    auto ci = gb.input("ci", DType::Float32, {1, 4, 1, 32});
+    auto cv = gb.op("Conv", {ci, gb.weight("cw", {8, 4, 1, 3}, 0.3f)}, GraphBuilder::attrs({{"pads", A::is({0, 1, 0, 1})}}));
+    auto csp = gb.op_n("Split", {cv, gb.ints("csplit", {16, 16})}, 2, GraphBuilder::attrs({{"axis", A::i(3)}}));
+    gb.output(gb.op("Relu", {sp[0]}));
+    gb.output(gb.op("Neg", {sp[1]}));
+    gb.output(csp[0]);
+    gb.output(gb.op("Relu", {csp[1]}));
+    Model m = gb.finish();
+    FusionPlan plan = grouped_plan(m.graph, {{mm, cat, sp[0]}, {cv, csp[0]}});
+    auto cm = CpuModel::build(m.graph, &plan, opts());
+    CHECK(cm->module().fallback_blocks == 0);
+    int windows = 0;
+    for (auto& st : cm->module().stages)
+      for (auto& s : st.stores) windows += s.windowed();
+    CHECK(windows == 0);
+    TensorMap feeds = random_feeds(m.graph, 8);
+    check_close(cm->run(feeds), run_reference(m.graph, feeds));
+  }
 }
 
 TEST_CASE("codegen: Softplus is generated and stable for large inputs (Mish)", "[codegen]") {
