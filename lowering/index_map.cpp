@@ -29,48 +29,85 @@ std::vector<int> IndexMap::index_buffers() const {
 
 namespace {
 
-// The map applied to idx; a Gather step reads its index through gather(step, linear position).
+// One step of a map: nxt (s.to.size() entries) from cur (s.from.size() entries). A Gather step
+// reads its index through gather(step, linear position). IndexMap::apply and the stack-based
+// evaluator below share it, so the step semantics live in one place.
+template <class GatherFn>
+void apply_step(const IndexStep& s, const int64_t* cur, int64_t* nxt, const GatherFn& gather) {
+  const size_t n = s.to.size();
+  if (s.kind == IndexStep::Gather) {
+    const size_t axis = size_t(s.axis), q = size_t(s.q);
+    int64_t lin = 0;
+    for (size_t k = axis; k < axis + q; ++k) lin = lin * s.from[k] + cur[k];
+    for (size_t k = 0; k < axis; ++k) nxt[k] = cur[k];
+    nxt[axis] = gather(s, lin);
+    for (size_t k = axis + 1; k < n; ++k) nxt[k] = cur[k + q - 1];
+  } else if (s.kind == IndexStep::Offset) {
+    for (size_t k = 0; k < n; ++k) nxt[k] = cur[k] * (s.stride.empty() ? 1 : s.stride[k]) + s.off[k];
+  } else if (s.kind == IndexStep::Select) {
+    for (size_t k = 0; k < n; ++k) nxt[k] = s.src[k] < 0 ? 0 : cur[size_t(s.src[k])];
+  } else {  // Reshape
+    int64_t lin = 0;
+    for (size_t k = 0; k < s.from.size(); ++k) lin = lin * s.from[k] + cur[k];
+    for (size_t k = n; k-- > 0;) {
+      nxt[k] = s.to[k] ? lin % s.to[k] : 0;
+      lin = s.to[k] ? lin / s.to[k] : 0;
+    }
+  }
+}
+
 template <class GatherFn>
 std::vector<int64_t> apply_steps(const IndexMap& m, std::vector<int64_t> idx, const GatherFn& gather) {
+  std::vector<int64_t> out;
   for (auto& s : m.steps) {
-    if (s.kind == IndexStep::Gather) {
-      const size_t axis = size_t(s.axis), q = size_t(s.q);
-      int64_t lin = 0;
-      for (size_t k = axis; k < axis + q; ++k) lin = lin * s.from[k] + idx[k];
-      std::vector<int64_t> out(s.to.size(), 0);
-      for (size_t k = 0; k < axis; ++k) out[k] = idx[k];
-      out[axis] = gather(s, lin);
-      for (size_t k = axis + 1; k < s.to.size(); ++k) out[k] = idx[k + q - 1];
-      idx = std::move(out);
-    } else if (s.kind == IndexStep::Offset) {
-      for (size_t k = 0; k < idx.size(); ++k) idx[k] = idx[k] * (s.stride.empty() ? 1 : s.stride[k]) + s.off[k];
-    } else if (s.kind == IndexStep::Select) {
-      std::vector<int64_t> out(s.to.size(), 0);
-      for (size_t k = 0; k < s.to.size(); ++k) out[k] = s.src[k] < 0 ? 0 : idx[size_t(s.src[k])];
-      idx = std::move(out);
-    } else {
-      int64_t lin = 0;
-      for (size_t k = 0; k < s.from.size(); ++k) lin = lin * s.from[k] + idx[k];
-      std::vector<int64_t> out(s.to.size(), 0);
-      for (size_t k = s.to.size(); k-- > 0;) {
-        out[k] = s.to[k] ? lin % s.to[k] : 0;
-        lin = s.to[k] ? lin / s.to[k] : 0;
-      }
-      idx = std::move(out);
-    }
+    out.assign(s.to.size(), 0);
+    apply_step(s, idx.data(), out.data(), gather);
+    idx.swap(out);
   }
   return idx;
 }
 
+[[noreturn]] void data_dependent(const IndexMap& m) {
+  fail(ErrorKind::Invalid, "index map " + m.str() + " depends on data: it has no static offsets");
+}
+
+// Evaluates maps of rank up to kMaxRank at every step on the stack: the exhaustive access checks
+// call it once per element of index spaces of up to 2^22, where a vector per step was a third of
+// loading a 1500-token encoder's artifact.
+struct StackEval {
+  static constexpr size_t kMaxRank = 16;
+  static bool fits(const IndexMap& m) {
+    if (m.domain.size() > kMaxRank) return false;
+    for (auto& s : m.steps)
+      if (s.to.size() > kMaxRank || s.from.size() > kMaxRank) return false;
+    return true;
+  }
+  // The linear offset in the codomain of the map at the domain index idx.
+  static int64_t offset(const IndexMap& m, const int64_t* idx) {
+    int64_t a[kMaxRank], b[kMaxRank];
+    int64_t* cur = a;
+    int64_t* nxt = b;
+    std::copy(idx, idx + m.domain.size(), cur);
+    const Shape* shape = &m.domain;
+    for (auto& s : m.steps) {
+      apply_step(s, cur, nxt, [&](const IndexStep&, int64_t) -> int64_t { data_dependent(m); });
+      std::swap(cur, nxt);
+      shape = &s.to;
+    }
+    int64_t off = 0;
+    for (size_t k = 0; k < shape->size(); ++k) off = off * (*shape)[k] + cur[k];
+    return off;
+  }
+};
+
 }  // namespace
 
 std::vector<int64_t> IndexMap::apply(std::vector<int64_t> idx) const {
-  return apply_steps(*this, std::move(idx), [&](const IndexStep&, int64_t) -> int64_t {
-    fail(ErrorKind::Invalid, "index map " + str() + " depends on data: it has no static offsets");
-  });
+  return apply_steps(*this, std::move(idx), [&](const IndexStep&, int64_t) -> int64_t { data_dependent(*this); });
 }
 
 int64_t IndexMap::offset(const std::vector<int64_t>& idx) const {
+  if (idx.size() == domain.size() && StackEval::fits(*this)) return StackEval::offset(*this, idx.data());
   auto out = apply(idx);
   Shape cod = codomain();
   int64_t off = 0;
@@ -160,56 +197,19 @@ bool chain(const std::vector<int64_t>& coef, const Shape& dims, size_t lo, size_
 }  // namespace
 
 namespace {
-// The offset of the map at the domain's linear position e, for maps without Gather steps. The
-// exhaustive checks below evaluate it at every element of index spaces of up to 2^22: through
-// IndexMap::offset (a vector per step and a copy of the codomain per call) that was a third of
-// loading a 1500-token encoder's artifact. Ranks up to kMaxRank run on the stack.
+// The offset of the map at the domain's linear position e, for maps without Gather steps.
 struct LinearOffset {
-  static constexpr size_t kMaxRank = 16;
   const IndexMap& m;
-  bool small = [this] {
-    if (m.domain.size() > kMaxRank) return false;
-    for (auto& s : m.steps)
-      if (s.kind == IndexStep::Gather || s.to.size() > kMaxRank || s.from.size() > kMaxRank) return false;
-    return true;
-  }();
+  bool small = StackEval::fits(m);
   std::vector<int64_t> idx = std::vector<int64_t>(m.domain.size(), 0);
   int64_t operator()(int64_t e) {
-    if (!small) {
-      for (size_t k = m.domain.size(); k-- > 0;) {
-        idx[k] = e % m.domain[k];
-        e /= m.domain[k];
-      }
-      return m.offset(idx);
-    }
-    int64_t a[kMaxRank], b[kMaxRank];
-    int64_t* cur = a;
-    int64_t* nxt = b;
+    int64_t a[StackEval::kMaxRank];
+    int64_t* cur = small ? a : idx.data();
     for (size_t k = m.domain.size(); k-- > 0;) {
       cur[k] = e % m.domain[k];
       e /= m.domain[k];
     }
-    const Shape* shape = &m.domain;
-    for (auto& s : m.steps) {
-      const size_t n = s.to.size();
-      if (s.kind == IndexStep::Offset) {
-        for (size_t k = 0; k < n; ++k) nxt[k] = cur[k] * (s.stride.empty() ? 1 : s.stride[k]) + s.off[k];
-      } else if (s.kind == IndexStep::Select) {
-        for (size_t k = 0; k < n; ++k) nxt[k] = s.src[k] < 0 ? 0 : cur[size_t(s.src[k])];
-      } else {  // Reshape (callers exclude Gather)
-        int64_t lin = 0;
-        for (size_t k = 0; k < s.from.size(); ++k) lin = lin * s.from[k] + cur[k];
-        for (size_t k = n; k-- > 0;) {
-          nxt[k] = s.to[k] ? lin % s.to[k] : 0;
-          lin = s.to[k] ? lin / s.to[k] : 0;
-        }
-      }
-      std::swap(cur, nxt);
-      shape = &s.to;
-    }
-    int64_t off = 0;
-    for (size_t k = 0; k < shape->size(); ++k) off = off * (*shape)[k] + cur[k];
-    return off;
+    return small ? StackEval::offset(m, cur) : m.offset(idx);
   }
 };
 }  // namespace

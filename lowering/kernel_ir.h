@@ -123,7 +123,8 @@ struct Store {
   int expr = -1;
   IndexMap map;   // driver index -> buffer index (identity for elementwise stages)
   Access access;
-  // A column window (an anchor epilogue storing one output of a Split of the anchor's last axis):
+  // A column window (a MatMul/Gemm epilogue storing one output of a Split of the anchor's last
+  // axis; no other stage kind takes windows):
   // the store applies only to the stage's columns c in [window_lo, window_hi), at map(r, c -
   // window_lo); map's domain and access then cover the window (rows x (hi - lo)), not the driver.
   // window_hi < 0: no window. Lowering makes windows only where the stage's width is the driver's

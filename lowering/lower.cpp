@@ -759,7 +759,7 @@ struct Lowerer {
           auto fo = forward_map(bc, o, x, memo);
           if (!fo) continue;
           // x through a Split of the Concat: part of x lands outside the output.
-          if (has_shrinking_offset(*fo, 0)) throw NoLowering{"Concat input " + x + " read back through a Split", "epilogue"};
+          if (has_escaping_offset(*fo, 0)) throw NoLowering{"Concat input " + x + " read back through a Split", "epilogue"};
           Store st;
           st.buffer = buffer_for(o);
           st.map = *fo;
@@ -794,7 +794,7 @@ struct Lowerer {
             if (auto f = forward_map(bc, n.inputs[i], O, memo)) {
               // A Split window composed with a Concat window would lose its bounds (then() merges
               // the two Offset steps).
-              if (has_shrinking_offset(*f, 0)) throw NoLowering{"epilogue Concat " + n.label() + " of a Split window", "epilogue"};
+              if (has_escaping_offset(*f, 0)) throw NoLowering{"epilogue Concat " + n.label() + " of a Split window", "epilogue"};
               res = then(*f, dm::concat_window(g, n, i));
               ++derived;
             }
@@ -820,7 +820,7 @@ struct Lowerer {
           std::vector<int> src(perm.begin(), perm.end());
           res = then(ins[0], select_step(in, out, src));
         } else if (op == "Split" && n.domain.empty()) {
-          // A shrinking Offset step: the epilogue stores v in its window only (epilogue_store_window).
+          // An escaping Offset step: the epilogue stores v in its window only (epilogue_store_window).
           res = then(ins[0], offset_step(shape_of(n.inputs[0]), out, split_window_start(n, v, -1)));
         } else if (kUnary.count(op) || kBinary.count(op) || op == "Clip" || op == "BatchNormalization" || op == "Cast" || dm::elementwise_op(op)) {
           for (auto& f : ins)
@@ -1094,8 +1094,9 @@ struct Lowerer {
     // would read it at every anchor column, outside its window too: past the buffer's end. Such
     // a load's map starts with the Split's step, on the anchor's index space.
     const bool windows = std::any_of(sb.st.stores.begin(), sb.st.stores.end(), [](const Store& x) { return x.windowed(); });
+    if (!windows) return;
     for (auto& e : sb.st.exprs)
-      if (windows && e.kind == Expr::Load && !e.map.steps.empty() && shrinking_offset(e.map.steps[0]) && e.map.steps[0].from == e.map.domain)
+      if (e.kind == Expr::Load && !e.map.steps.empty() && escaping_offset(e.map.steps[0]) && e.map.steps[0].from == e.map.domain)
         throw NoLowering{"epilogue reads " + mod.buffers[size_t(e.buffer)].value + " after a Split of the anchor output", "epilogue"};
   }
 
@@ -1103,7 +1104,7 @@ struct Lowerer {
   // space outside its codomain: indices outside the window land outside the output. Checked on
   // the step's whole range, so that a Split window merged with a Concat's (then() adds the
   // offsets: Offset(+64) over [M, 64] -> [M, 64]) is caught too.
-  static bool shrinking_offset(const IndexStep& s) {
+  static bool escaping_offset(const IndexStep& s) {
     if (s.kind != IndexStep::Offset) return false;
     for (size_t k = 0; k < s.to.size(); ++k) {
       if (s.from[k] <= 0) continue;
@@ -1113,21 +1114,21 @@ struct Lowerer {
     }
     return false;
   }
-  static bool has_shrinking_offset(const IndexMap& m, size_t from_step) {
+  static bool has_escaping_offset(const IndexMap& m, size_t from_step) {
     for (size_t i = from_step; i < m.steps.size(); ++i)
-      if (shrinking_offset(m.steps[i])) return true;
+      if (escaping_offset(m.steps[i])) return true;
     return false;
   }
 
   // An epilogue store through a Split of the anchor output's last axis: the map's first step is
   // the window (unit stride, only the last axis shrinks). The store becomes a column window
   // (Store::window_lo/hi) with the rest of the map over the window's index space. Any other
-  // shrinking step (a Split of another axis, or after a Transpose) is not lowered as a window.
+  // escaping step (a Split of another axis, or after a Transpose) is not lowered as a window.
   // Only MatMul/Gemm epilogues take windows: a conv or pooling stage may run in the blocked
   // layout, whose stores know nothing of them.
   void epilogue_store_window(Store& s, const std::string& anchor_op) {
-    if (s.map.steps.empty() || !shrinking_offset(s.map.steps[0])) {
-      if (has_shrinking_offset(s.map, 0)) throw NoLowering{"epilogue store through a Split window " + s.map.str(), "epilogue"};
+    if (s.map.steps.empty() || !escaping_offset(s.map.steps[0])) {
+      if (has_escaping_offset(s.map, 0)) throw NoLowering{"epilogue store through a Split window " + s.map.str(), "epilogue"};
       return;
     }
     if (anchor_op != "MatMul" && anchor_op != "Gemm") throw NoLowering{"a Split window in a " + anchor_op + " epilogue", "epilogue"};
@@ -1137,7 +1138,7 @@ struct Lowerer {
     for (size_t k = 0; ok && k < last; ++k) ok = w.from[k] == w.to[k] && w.off[k] == 0;
     const int64_t lo = ok ? -w.off[last] : 0, hi = lo + (ok ? w.to[last] : 0);
     ok = ok && lo >= 0 && hi <= w.from[last] && hi > lo;
-    if (!ok || has_shrinking_offset(s.map, 1)) throw NoLowering{"epilogue store through a Split window " + s.map.str(), "epilogue"};
+    if (!ok || has_escaping_offset(s.map, 1)) throw NoLowering{"epilogue store through a Split window " + s.map.str(), "epilogue"};
     IndexMap rest;
     rest.domain = w.to;
     rest.steps.assign(s.map.steps.begin() + 1, s.map.steps.end());
@@ -1188,7 +1189,7 @@ struct Lowerer {
         if (std::find(pro_values.begin(), pro_values.end(), v) != pro_values.end()) continue;
         if (auto f = forward_map(bc, v, O, fmemo)) {
           // Split windows are stored by GEMM epilogues only.
-          if (has_shrinking_offset(*f, 0)) throw NoLowering{"Split after attention", "epilogue"};
+          if (has_escaping_offset(*f, 0)) throw NoLowering{"Split after attention", "epilogue"};
           post_outs.push_back(v);
           fwd[v] = *f;
         } else {
