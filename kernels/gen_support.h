@@ -349,15 +349,22 @@ inline void elementwise(const nnfuse_exec_ctx* ctx, int64_t rows, int64_t width,
     // [seq, heads, d] -> [heads, d, seq] reads a new cache line per element). Rows of a task go
     // in column blocks, so that the lines one row read are still in L1 when the next rows (the
     // neighbouring d) read them: a whole row at a time left 1500 lines between two uses.
-    constexpr int64_t kColBlock = 64, kRowGroup = 16;
-    if (rows > 1 && width < 16384 && width > kColBlock) {
-      const int64_t rows_per_task = std::max<int64_t>(kRowGroup, (16384 / width + kRowGroup - 1) / kRowGroup * kRowGroup);
-      const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+    // A single group of rows (16 rows of 8-16k columns) is cut into column ranges instead, so
+    // that it still makes a task per thread.
+    constexpr int64_t kColBlock = 64, kRowGroup = 16, kGrain = 16384;
+    if (rows > 1 && width < kGrain && width > kColBlock) {
+      const int64_t rows_per_task = std::max<int64_t>(kRowGroup, (kGrain / width + kRowGroup - 1) / kRowGroup * kRowGroup);
+      const int64_t row_tasks = (rows + rows_per_task - 1) / rows_per_task;
+      const int64_t blocks = (width + kColBlock - 1) / kColBlock;
+      const int64_t parts = row_tasks == 1 ? std::min(blocks, std::max<int64_t>(1, rows * width / kGrain)) : 1;
+      const int64_t part_blocks = (blocks + parts - 1) / parts;
+      const int64_t tasks = row_tasks * parts;
       auto run = [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
-          const int64_t r0 = t * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
-          for (int64_t c0 = 0; c0 < width; c0 += kColBlock)
-            for (int64_t r = r0; r < r1; ++r) run_row<false>(r, c0, std::min(width, c0 + kColBlock), body);
+          const int64_t r0 = (t / parts) * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
+          const int64_t c_begin = (t % parts) * part_blocks * kColBlock, c_end = std::min(width, c_begin + part_blocks * kColBlock);
+          for (int64_t c0 = c_begin; c0 < c_end; c0 += kColBlock)
+            for (int64_t r = r0; r < r1; ++r) run_row<false>(r, c0, std::min(c_end, c0 + kColBlock), body);
         }
       };
       if (tasks == 1) run(0, 1);

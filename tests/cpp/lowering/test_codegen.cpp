@@ -118,6 +118,35 @@ TEST_CASE("codegen: an epilogue storing heads apart ([seq, heads * d] as [heads,
   }
 }
 
+TEST_CASE("codegen: strided copies (transposes) run in column blocks and cover every element at any row count",
+          "[codegen]") {
+  // A transpose reads with a stride along its output rows, so it runs on scalars in column blocks
+  // (gen_support.h, elementwise<false>). 16 rows of 8192: one group of rows, cut into column
+  // ranges; 40 x 1000: groups of 16 rows with a ragged last group and block; 3 x 100: one task.
+  GraphBuilder gb("strided");
+  std::vector<std::string> outs;
+  for (auto [rows, width] : {std::pair<int64_t, int64_t>{16, 8192}, {40, 1000}, {3, 100}}) {
+    auto x = gb.input("x" + std::to_string(rows), DType::Float32, {width, rows});
+    auto t = gb.op("Transpose", {x}, GraphBuilder::attrs({{"perm", A::is({1, 0})}}));
+    gb.output(t);
+    outs.push_back(t);
+  }
+  Model m = gb.finish();
+  FusionPlan plan = grouped_plan(m.graph, {{outs[0]}, {outs[1]}, {outs[2]}});
+  for (int threads : {1, 2}) {
+    INFO(threads << " threads");
+    auto cm = CpuModel::build(m.graph, &plan, opts(threads));
+    CHECK(cm->module().fallback_blocks == 0);
+    std::string code;
+    for (auto& u : emit_cpp(cm->module(), 1)) code += u.code;
+    CHECK(code.find("elementwise<false>") != std::string::npos);
+    TensorMap feeds = random_feeds(m.graph, 11);
+    auto got = cm->run(feeds);
+    auto want = run_reference(m.graph, feeds);
+    check_close(got, want, 0.0, 1e-30);  // a copy: exact
+  }
+}
+
 TEST_CASE("codegen: a GEMM epilogue stores each output of a Split of its columns in its window, without a copy stage", "[codegen]") {
   // A combined Q/K/V projection: MatMul + bias, Split into three column windows, one stored as
   // heads apart. Windows on multiples of 16 store vectors; a window at column 20 runs lane by lane.
