@@ -291,6 +291,20 @@ bool columns_chunked(const IndexMap& m, int64_t width, int64_t chunk, std::vecto
   return true;
 }
 
+bool rows_affine(const IndexMap& m, int64_t width, int64_t& base, int64_t& row_stride) {
+  const int64_t numel = shape_numel(m.domain);
+  if (width <= 0 || numel % width != 0 || numel > (int64_t(1) << 22)) return false;
+  for (auto& s : m.steps)
+    if (s.kind == IndexStep::Gather) return false;
+  LinearOffset off_at{m};
+  const int64_t rows = numel / width;
+  base = off_at(0);
+  row_stride = rows > 1 ? off_at(width) - base : 0;
+  for (int64_t r = 2; r < rows; ++r)
+    if (off_at(r * width) != base + r * row_stride) return false;
+  return true;
+}
+
 ColumnSplit split_columns(const IndexMap& m, int64_t width, const std::function<const Tensor*(int)>& constant_index) {
   ColumnSplit cs;
   const Shape& d = m.domain;

@@ -316,5 +316,9 @@ bool columns_affine(const IndexMap& m, int64_t width, int64_t col_stride);
 // on every row (a [rows, heads * d] output stored as [heads, rows, d] with d a multiple of chunk).
 // Fills tab (ceil(width / chunk) entries). False for Gather maps and domains past 2^22 elements.
 bool columns_chunked(const IndexMap& m, int64_t width, int64_t chunk, std::vector<int64_t>& tab);
+// Whether, over a rows x width view of m's domain, offset(r, 0) = base + r * row_stride for every
+// row (the row part of a separable map is then one multiply, not the map's divisions). False for
+// Gather maps and domains past 2^22 elements.
+bool rows_affine(const IndexMap& m, int64_t width, int64_t& base, int64_t& row_stride);
 
 }  // namespace nnfuse

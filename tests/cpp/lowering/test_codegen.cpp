@@ -113,6 +113,9 @@ TEST_CASE("codegen: an epilogue storing heads apart ([seq, heads * d] as [heads,
     std::string code;
     for (auto& u : emit_cpp(cm->module(), 1)) code += u.code;
     CHECK((code.find("static const int64_t runs_") != std::string::npos) == (d % 16 == 0));
+    // The row part of the store (row r of [seq, heads * d] starts at r * d in [heads, seq, d]) is
+    // a multiply, not the map's divisions.
+    if (d % 16 == 0) CHECK(code.find("(int64_t(0) + r * int64_t(" + std::to_string(d) + "))") != std::string::npos);
     TensorMap feeds = random_feeds(m.graph, 3);
     check_close(cm->run(feeds), run_reference(m.graph, feeds));
   }

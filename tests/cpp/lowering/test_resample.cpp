@@ -298,6 +298,14 @@ TEST_CASE("columns_chunked and classify_access agree with IndexMap::offset on Of
   CHECK(columns_affine(m, 8, 1));  // a row of 8 is one head's slice of d
   CHECK_FALSE(columns_affine(m, 16, 1));
   CHECK_FALSE(classify_access(m, 42, 8).affine);  // the rows jump between heads
+  // Rows of 48 (a whole [seq] position): offset(r, 0) = 16 + r * 40 ([2, 7, 40] stores row r at
+  // r * 40 of head 0, past the window's 16); rows of 8 jump between heads, so not affine.
+  int64_t base = -1, rs = -1;
+  REQUIRE(rows_affine(m, 48, base, rs));
+  CHECK(base == 16);
+  CHECK(rs == 40);
+  for (int64_t r = 0; r < 7; ++r) CHECK(offset_at(r, 0) == base + r * rs);
+  CHECK_FALSE(rows_affine(m, 8, base, rs));
   // A Reshape then a window: affine only by the exhaustive check, base and strides as offset() has them.
   IndexMap w;
   w.domain = {6, 8};
