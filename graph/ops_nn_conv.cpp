@@ -416,6 +416,9 @@ InferResult infer_convtranspose(const InferContext& c) {
   if (!x.has_shape) return infer_one(TensorType::unknown_shape(x.dtype));
   if (x.rank() < 3) c.error("ConvTranspose: input " + x.str() + " must have rank >= 3");
   int64_t group = c.node.attrs.get_int("group", 1);
+  if (group < 1) c.error("ConvTranspose: group must be >= 1");
+  if (x.dims[1].known() && group > std::max<int64_t>(x.dims[1].value, 1))
+    c.error("ConvTranspose: group=" + std::to_string(group) + " exceeds the " + x.dims[1].str() + " input channels");
   Dim cout;
   if (w.has_shape) {
     if (w.rank() != x.rank()) c.error("ConvTranspose: weight " + w.str() + " must have the rank of the input " + x.str());
@@ -440,6 +443,10 @@ Tensor convtranspose_typed(const KernelContext& c, const Tensor& X, const Tensor
   if (X.rank() < 3 || X.rank() > 5) c.unsupported("ConvTranspose with input rank " + std::to_string(X.rank()));
   if (W.rank() != X.rank()) c.error("weight " + shape_str(W.shape()) + " must have the rank of the input " + shape_str(X.shape()));
   int64_t group = c.node.attrs.get_int("group", 1);
+  // group divides the input channels, so it is at most their number (or 1 for none): the output
+  // channels Cout_g * group then cannot overflow.
+  if (group < 1 || group > std::max<int64_t>(X.dim(1), 1))
+    c.error("group=" + std::to_string(group) + " must be between 1 and the " + std::to_string(X.dim(1)) + " input channels");
   int64_t N = X.dim(0), Cin = X.dim(1), Cout_g = W.dim(1), Cout = Cout_g * group;
   if (W.dim(0) != Cin || Cin % group != 0)
     c.error("input has " + std::to_string(Cin) + " channels but weight " + shape_str(W.shape()) + " expects " +

@@ -332,6 +332,27 @@ TEST_CASE("ConvTranspose 2-D with groups equals the adjoint of Conv", "[ops][nn]
   REQUIRE(lhs == Approx(rhs).epsilon(1e-4));
 }
 
+TEST_CASE("ConvTranspose with group 0 or past its input channels is an error naming the group (fuzz finding)", "[ops][nn]") {
+  // group=0 divided by zero (SIGFPE); a group past the channels could overflow Cout_g * group.
+  Tensor w = random_f32({4, 3, 3, 3}, 11);
+  Tensor y = random_f32({1, 4, 5, 5}, 13);
+  REQUIRE_THROWS_WITH(run("ConvTranspose", {y, w}, attrs({{"group", A::i(0)}})),
+                      Catch::Contains("group=0 must be between 1 and the 4 input channels"));
+  REQUIRE_THROWS_WITH(run("ConvTranspose", {y, w}, attrs({{"group", A::i(int64_t(1) << 61)}})),
+                      Catch::Contains("must be between 1 and the 4 input channels"));
+  // Shape inference says so too, naming the node.
+  GraphBuilder b("bad_convtranspose", 17);
+  auto x = b.input("x", DType::Float32, {1, 4, 5, 5});
+  b.output(b.op("ConvTranspose", {x, b.weight("w", {4, 3, 3, 3})}, GraphBuilder::attrs({{"group", A::i(0)}}), "my_deconv"));
+  try {
+    b.finish();
+    FAIL("expected a shape error");
+  } catch (const Error& e) {
+    CHECK(e.context().node == "my_deconv");
+    CHECK(std::string(e.what()).find("ConvTranspose: group must be >= 1") != std::string::npos);
+  }
+}
+
 // ------------------------------------------------------------------------------------ pooling
 TEST_CASE("MaxPool by hand, with Indices and ceil_mode", "[ops][nn]") {
   std::vector<float> v(16);
