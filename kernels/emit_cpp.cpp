@@ -561,8 +561,18 @@ struct StageEmitter {
     if (st.primary_store >= 0) body << "    return e" << st.stores[size_t(st.primary_store)].expr << ";\n";
     else body << "    return v;\n";
     body << "  };\n";
-    if (vec) body << "  const auto& ep = body;\n";
+    if (vec && heavy_epilogue()) body << "  const nnfuse::mk::AfterStoresEpilogue<decltype(body)> ep{body};\n";
+    else if (vec) body << "  const auto& ep = body;\n";
     else body << "  nf::LaneSplit<decltype(body)> ep{body};\n";
+  }
+  // Whether the epilogue evaluates a function with constants of its own (a polynomial or an
+  // exponential): a GEMM then applies it after storing its tile (mk::AfterStoresEpilogue); other
+  // kernels call the wrapper as they would the functor.
+  bool heavy_epilogue() const {
+    static const std::set<std::string> heavy = {"Sigmoid", "Tanh", "Erf", "Exp", "Log", "Gelu", "GeluTanh", "Sin", "Cos", "Elu", "Softplus", "Pow"};
+    for (size_t i = expr_begin; i < st.exprs.size(); ++i)
+      if ((st.exprs[i].kind == Expr::Unary || st.exprs[i].kind == Expr::Binary) && heavy.count(st.exprs[i].op)) return true;
+    return false;
   }
 
   // Fused attention (kernels/microkernels/attention.h): two functors, the score transform on

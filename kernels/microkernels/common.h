@@ -82,10 +82,31 @@ using IdentityPrologue = IdentityEpilogue;
 
 // Wraps an epilogue so that a kernel can call it in its local (row, col) space while the user
 // functor sees the caller's space: row + row_off, col + col_off.
+// An epilogue that a GEMM tile applies after storing its sums, one vector at a time from L1,
+// rather than to each accumulator while the others are still live in registers. For epilogues
+// with constants and temporaries of their own (GELU's erf, sigmoid, tanh) the latter spilled the
+// accumulators: GELU after a 197 x 3072 x 768 product cost 1.2 ms there, 0.6 ms so (1 Zen 3
+// core, bench/RESULTS.md, session 30). Light epilogues (a bias, a residual) stay in registers,
+// where the extra pass would cost ~1%. The code generator wraps the heavy ones (emit_cpp.cpp).
+template <class Ep>
+struct AfterStoresEpilogue {
+  const Ep& ep;
+  static constexpr bool after_stores = true;
+  template <class V>
+  V operator()(const V& v, int64_t r, int64_t c) const { return ep(v, r, c); }
+};
+template <class Ep, class = void>
+struct runs_after_stores : std::false_type {};
+template <class Ep>
+struct runs_after_stores<Ep, std::void_t<decltype(Ep::after_stores)>> : std::bool_constant<Ep::after_stores> {};
+template <class Ep>
+inline constexpr bool runs_after_stores_v = runs_after_stores<Ep>::value;
+
 template <class Ep>
 struct OffsetEpilogue {
   const Ep& ep;
   int64_t row_off, col_off;
+  static constexpr bool after_stores = runs_after_stores_v<Ep>;
   template <class V>
   V operator()(const V& v, int64_t r, int64_t c) const { return ep(v, r + row_off, c + col_off); }
 };

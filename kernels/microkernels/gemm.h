@@ -241,6 +241,8 @@ inline void gemm_micro(int64_t kc, const float* Ap, int64_t a_rs, int64_t a_ks, 
   else
     kloop(std::integral_constant<int, 2>{});
   if (ROWS == MR && mr == MR && nr == NR) {
+    // An AfterStoresEpilogue runs once the tile is stored (the same operations, so the same bits).
+    constexpr bool after_stores = runs_after_stores_v<Ep>;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
@@ -250,10 +252,17 @@ inline void gemm_micro(int64_t kc, const float* Ap, int64_t a_rs, int64_t a_ks, 
         if (!first) v += V::load_unaligned(p);
         if (last) {
           if (alpha != 1.f) v *= V(alpha);
-          v = ep(v, row0 + r, col0 + j * L);
+          if constexpr (!after_stores) v = ep(v, row0 + r, col0 + j * L);
         }
         v.store_unaligned(p);
       }
+    if constexpr (after_stores)
+      if (last)
+        for (int r = 0; r < MR; ++r)
+          for (int j = 0; j < NB; ++j) {
+            float* p = C + r * ldc + j * L;
+            ep(V::load_unaligned(p), row0 + r, col0 + j * L).store_unaligned(p);
+          }
     return;
   }
   alignas(64) float tmp[MR * NR];
