@@ -273,7 +273,10 @@ struct StageEmitter {
       const Expr& e = st.exprs[i];
       if (e.kind != Expr::Load || vectorizable_load(e.access)) continue;
       int64_t stride = 0;
-      if (m.buffers[size_t(e.buffer)].dtype != DType::Float32 || !unit_cols(e.map, true, stride, st.width)) return false;
+      // Integer and bool buffers convert on load (nf::ld); a wide integer's parts stay lane by lane.
+      // (A causal mask of bools read per lane through its map made GPT-2's attention scores
+      // scalar: 0.45 ms a layer where ONNX Runtime takes 0.37.)
+      if (e.part >= 0 || !unit_cols(e.map, true, stride, st.width)) return false;
       loads.push_back({int(i), stride});
     }
     // Stores whose columns are contiguous only in aligned runs of 16 (so of any vector width): a

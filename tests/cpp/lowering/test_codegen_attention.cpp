@@ -12,6 +12,7 @@
 #include "graph/builder.h"
 #include "graph/interpreter.h"
 #include "kernels/cpu_model.h"
+#include "kernels/emit_cpp.h"
 #include "lowering_test_util.h"
 
 using namespace nnfuse;
@@ -105,6 +106,14 @@ void check_attention_case(const AttnCase& c, int want_stages = 1) {
   const KernelModule& km = cm->module();
   CHECK(km.fallback_blocks == 0);
   CHECK(attention_stages(km) == want_stages);
+  // The score transform runs on vectors, the masks' bool and int64 loads converted per vector
+  // (lane by lane, a causal mask read through its map made short attentions scalar).
+  if (want_stages > 0) {
+    std::string code;
+    for (auto& u : emit_cpp(km, 1)) code += u.code;
+    CHECK(code.find("const auto& score = score_body;") != std::string::npos);
+    CHECK(code.find("LaneSplit<decltype(score_body)>") == std::string::npos);
+  }
   TensorMap feeds = attention_feeds(m, c);
   check_close(cm->run(feeds), run_reference(m.graph, feeds), 1e-4, 2e-5);
 }
