@@ -80,13 +80,12 @@ struct IdentityEpilogue {
 };
 using IdentityPrologue = IdentityEpilogue;
 
-// Wraps an epilogue so that a kernel can call it in its local (row, col) space while the user
-// functor sees the caller's space: row + row_off, col + col_off.
 // An epilogue that a GEMM tile applies after storing its sums, one vector at a time from L1,
 // rather than to each accumulator while the others are still live in registers. For epilogues
 // with constants and temporaries of their own (GELU's erf, sigmoid, tanh) the latter spilled the
-// accumulators: GELU after a 197 x 3072 x 768 product cost 1.2 ms there, 0.6 ms so (1 Zen 3
-// core, bench/RESULTS.md, session 30). Light epilogues (a bias, a residual) stay in registers,
+// accumulators: bias + GELU after a 197 x 3072 x 768 product cost 0.9-1.4 ms there, 0.3-0.7 ms so
+// (a harness, 1 Zen 3 core; in ViT-B/16 and BERT-base the GELU blocks gained 1%: bench/RESULTS.md,
+// session 30). Light epilogues (a bias, a residual) stay in registers,
 // where the extra pass would cost ~1%. The code generator wraps the heavy ones (emit_cpp.cpp).
 template <class Ep>
 struct AfterStoresEpilogue {
@@ -102,6 +101,8 @@ struct runs_after_stores<Ep, std::void_t<decltype(Ep::after_stores)>> : std::boo
 template <class Ep>
 inline constexpr bool runs_after_stores_v = runs_after_stores<Ep>::value;
 
+// Wraps an epilogue so that a kernel can call it in its local (row, col) space while the user
+// functor sees the caller's space: row + row_off, col + col_off.
 template <class Ep>
 struct OffsetEpilogue {
   const Ep& ep;
