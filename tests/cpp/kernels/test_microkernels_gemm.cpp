@@ -276,9 +276,10 @@ TEST_CASE("gemm applies an AfterStoresEpilogue to each element once, with the sa
     const ColBiasRelu ep{bias.data<float>()};
     mk::gemm<Arch>(g, ep, mk::SerialFor{});
     std::vector<int> calls(C1.size(), 0);
+    const int64_t cols = N;  // a structured binding cannot be captured before C++20 (clang 14)
     auto counting = [&](auto v, int64_t r, int64_t c) {
       const int64_t lanes = std::is_same_v<decltype(v), float> ? 1 : int64_t(V::size);
-      for (int64_t l = 0; l < lanes && c + l < N; ++l) ++calls[size_t(r * N + c + l)];
+      for (int64_t l = 0; l < lanes && c + l < cols; ++l) ++calls[size_t(r * cols + c + l)];
       return ep(v, r, c);
     };
     static_assert(mk::runs_after_stores_v<mk::AfterStoresEpilogue<decltype(counting)>>);
