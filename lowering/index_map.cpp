@@ -1,6 +1,7 @@
 // Index maps: evaluation, simplification helpers, and access classification over a rows x width view.
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "graph/error.h"
 #include "lowering/kernel_ir.h"
@@ -212,6 +213,16 @@ struct LinearOffset {
     return small ? StackEval::offset(m, cur) : m.offset(idx);
   }
 };
+
+// The rows of `width` columns that the exhaustive checks below walk, or nothing when they cannot
+// (no whole rows, an index space past 2^22 elements, or a Gather step whose offsets depend on data).
+std::optional<int64_t> checkable_rows(const IndexMap& m, int64_t width) {
+  const int64_t numel = shape_numel(m.domain);
+  if (width <= 0 || numel % width != 0 || numel > (int64_t(1) << 22)) return std::nullopt;
+  for (auto& s : m.steps)
+    if (s.kind == IndexStep::Gather) return std::nullopt;
+  return numel / width;
+}
 }  // namespace
 
 Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
@@ -260,13 +271,10 @@ Access classify_access(const IndexMap& m, int64_t rows, int64_t width) {
 }
 
 bool columns_affine(const IndexMap& m, int64_t width, int64_t col_stride) {
-  const Shape& d = m.domain;
-  const int64_t numel = shape_numel(d);
-  if (width <= 0 || numel % width != 0 || numel > (int64_t(1) << 22)) return false;
-  for (auto& s : m.steps)
-    if (s.kind == IndexStep::Gather) return false;
+  const std::optional<int64_t> rows = checkable_rows(m, width);
+  if (!rows) return false;
   LinearOffset off_at{m};
-  for (int64_t r = 0; r < numel / width; ++r) {
+  for (int64_t r = 0; r < *rows; ++r) {
     const int64_t o0 = off_at(r * width);
     for (int64_t c = 1; c < width; ++c)
       if (off_at(r * width + c) != o0 + c * col_stride) return false;
@@ -275,15 +283,13 @@ bool columns_affine(const IndexMap& m, int64_t width, int64_t col_stride) {
 }
 
 bool columns_chunked(const IndexMap& m, int64_t width, int64_t chunk, std::vector<int64_t>& tab) {
-  const int64_t numel = shape_numel(m.domain);
-  if (width <= 0 || chunk <= 0 || numel % width != 0 || numel > (int64_t(1) << 22)) return false;
-  for (auto& s : m.steps)
-    if (s.kind == IndexStep::Gather) return false;
+  const std::optional<int64_t> rows = checkable_rows(m, width);
+  if (!rows || chunk <= 0) return false;
   LinearOffset off_at{m};
   tab.assign(size_t((width + chunk - 1) / chunk), 0);
   const int64_t base = off_at(0);
   for (int64_t c = 0; c < width; c += chunk) tab[size_t(c / chunk)] = off_at(c) - base;
-  for (int64_t r = 0; r < numel / width; ++r) {
+  for (int64_t r = 0; r < *rows; ++r) {
     const int64_t o0 = off_at(r * width);
     for (int64_t c = 0; c < width; ++c)
       if (off_at(r * width + c) != o0 + tab[size_t(c / chunk)] + c % chunk) return false;
@@ -292,15 +298,12 @@ bool columns_chunked(const IndexMap& m, int64_t width, int64_t chunk, std::vecto
 }
 
 bool rows_affine(const IndexMap& m, int64_t width, int64_t& base, int64_t& row_stride) {
-  const int64_t numel = shape_numel(m.domain);
-  if (width <= 0 || numel % width != 0 || numel > (int64_t(1) << 22)) return false;
-  for (auto& s : m.steps)
-    if (s.kind == IndexStep::Gather) return false;
+  const std::optional<int64_t> rows = checkable_rows(m, width);
+  if (!rows) return false;
   LinearOffset off_at{m};
-  const int64_t rows = numel / width;
   base = off_at(0);
-  row_stride = rows > 1 ? off_at(width) - base : 0;
-  for (int64_t r = 2; r < rows; ++r)
+  row_stride = *rows > 1 ? off_at(width) - base : 0;
+  for (int64_t r = 2; r < *rows; ++r)
     if (off_at(r * width) != base + r * row_stride) return false;
   return true;
 }
