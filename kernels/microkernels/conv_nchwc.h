@@ -648,8 +648,25 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   // many. (AVX-512's 32 KiB panel is 8 blocks anyway; AVX2's was 64 blocks of 8 channels, and on a
   // Zen 3 core ResNet-50's 1x1 convs with 256-2048 input channels ran 1.4-1.8x slower than ONNX
   // Runtime's until they took 8: 25-40% faster in the model, bench/RESULTS.md, session 25.)
+  // Where the conv's whole input is in L2 anyway (up to 192 KiB: MobileNet's and EfficientNet's
+  // 7x7 and 14x14 maps), the streams matter less than the passes: each pass stores and reloads
+  // the partial sums and runs the epilogue's bookkeeping, so a 1x1 pass takes up to 32 blocks
+  // (AVX2: a 16 KiB panel). And the blocks are split into equal passes, as many as the nearest
+  // multiple of that size gives (a panel never past 32 KiB): 10 blocks ran as 8 + 2, the second
+  // pass a fifth of the work for a whole pass's overhead; 18 now run as 9 + 9.
+  // (kernels_bench --only conv, Zen 3: MobileNet's 1x1 layers 1-7% faster, ResNet-50's the same;
+  // 32 blocks where the input is past L2 made ResNet-50's 1024- and 2048-channel layers 10-20%
+  // slower, session 31.)
   const int64_t taps = g.KH * g.KW;
-  const int64_t cchunk = taps == 1 ? 8 * L : std::max<int64_t>(L, 8192 / (OCBMAX * L * taps));
+  int64_t cchunk = std::max<int64_t>(L, 8192 / (OCBMAX * L * taps));
+  if (taps == 1) {
+    const int64_t span_blocks = nchwc_blocks(win.span, L);
+    const bool input_in_l2 = span_blocks * L * g.H * g.W * int64_t(sizeof(float)) <= (int64_t(192) << 10);
+    const int64_t panel_cap = 32768 / (OCBMAX * L * L * int64_t(sizeof(float)));  // blocks in a 32 KiB panel
+    const int64_t most = std::min<int64_t>(input_in_l2 ? 32 : 8, panel_cap);
+    const int64_t passes = std::max({int64_t(1), ceil_div(span_blocks, panel_cap), (span_blocks + most / 2) / most});
+    cchunk = ceil_div(span_blocks, passes) * L;
+  }
   // Tasks along the output channels: each window's blocks in runs of OCBMAX.
   const int64_t tpw = ceil_div(win.bpw, int64_t(OCBMAX)), P = g.OH * g.OW, kgroups = ceil_div(Kb, win.bpw) * tpw;
   // Pixels per task, a multiple of the tile width UR of the usual task (ocb blocks: OCBMAX, or all

@@ -441,6 +441,10 @@ void nchwc_cases(Checker& ck) {
               // A 1x1 conv with several input-channel chunks and output-block tasks (the next
               // weight panel is prefetched across both).
               C{1, 1100, 3, 5, 100, 1, 1, 1, 0, 1, false, true},
+              // Input-channel passes of equal size: an input past 192 KiB of 18 blocks at L = 8
+              // (two passes of 9; at L = 16 nine blocks, two passes under the 32 KiB panel cap),
+              // and one in L2 of 10 blocks at L = 8 (one pass).
+              C{1, 144, 20, 20, 24, 1, 1, 1, 0, 1, false, true}, C{1, 80, 14, 14, 40, 1, 1, 1, 0, 1, false, true},
               // Dense padded convs with enough work run on a zero-bordered copy of the input:
               // dilation 2 with pad 2, stride 2 with a 5x5 kernel, a 1-pixel-wide map.
               C{1, 32, 9, 8, 48, 3, 3, 1, 2, 2, false, true}, C{1, 40, 11, 9, 64, 5, 5, 2, 2, 1, false, true},
