@@ -786,20 +786,39 @@ NNFUSE_MK_TILE void dw_register_tile(int64_t kl, int64_t kh, const RowPtr& rowp,
 // these layers at ~20% of the FMA peak (MobileNetV2's and EfficientNet's 3x3 and 5x5 layers,
 // stride 1 and 2: bench/kernels_bench.cpp --only mobile).
 // Its row tile: 8 pixels at stride 1, 6 at stride 2 with 32 vector registers (AVX-512, NEON),
-// half that with AVX2's 16. The register budget (UR accumulators, (UR - 1) * S + KW inputs and a
-// weight) would allow up to 14, but the compiler then spills in the checked tiles: 12 to 14 pixels
-// ran 10-60% slower than 8 and 6 on MobileNetV2's and EfficientNet's layers (Xeon, AVX-512).
+// 5 (4 on rows up to 8 wide) and 3 with AVX2's 16. The register budget (UR accumulators, (UR - 1)
+// * S + KW inputs and a weight) would allow up to 14, but the compiler then spills in the checked
+// tiles: 12 to 14 pixels ran 10-60% slower than 8 and 6 on MobileNetV2's and EfficientNet's layers
+// (Xeon, AVX-512). On AVX2 (Zen 3, kernels_bench --only mobile, session 31) 5 pixels at stride 1
+// ran the 14- to 112-wide layers 2-12% faster than 4 (a 5x5 kernel row loads 9 inputs for 5
+// pixels, not 8 for 4), but 12-15% slower on 7-wide rows, which 5 cover as 5 + 2 (10 pixels'
+// work) and 4 as 4 + 3; at stride 2, 4 pixels were 7% faster on a 112-wide row, 7-27% slower on
+// the others, so 3 stays. W: the input row's width (0: unknown).
 template <class Arch, int S>
-constexpr int dw_direct_ur() {
+constexpr int dw_direct_ur(int64_t W) {
   constexpr bool wide = vfloat<Arch>::size != 8;  // AVX2: 16 vector registers
-  return S == 1 ? (wide ? 8 : 4) : (wide ? 6 : 3);
+  if constexpr (S == 1) return wide ? 8 : (W > 0 && W <= 8 ? 4 : 5);
+  return wide ? 6 : 3;
 }
 
-template <class Arch, int KW, int S, class Ep, class ParFor>
+// Calls f(std::integral_constant<int, UR>) with the row tile for an input row of width W: only
+// the tile class CC's width picks, where CC fixes it.
+template <class Arch, ConvClass CC, int S, class F>
+void dw_with_direct_ur(int64_t W, F&& f) {
+  if constexpr (CC.w > 0) {
+    f(std::integral_constant<int, dw_direct_ur<Arch, S>(CC.w)>{});
+  } else if constexpr (dw_direct_ur<Arch, S>(1) == dw_direct_ur<Arch, S>(9)) {
+    f(std::integral_constant<int, dw_direct_ur<Arch, S>(1)>{});
+  } else {
+    if (dw_direct_ur<Arch, S>(W) == dw_direct_ur<Arch, S>(1)) f(std::integral_constant<int, dw_direct_ur<Arch, S>(1)>{});
+    else f(std::integral_constant<int, dw_direct_ur<Arch, S>(9)>{});
+  }
+}
+
+template <class Arch, int KW, int S, int UR, class Ep, class ParFor>
 void conv_nchwc_depthwise_direct(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
-  constexpr int UR = dw_direct_ur<Arch, S>();
   const int64_t Cb = nchwc_blocks(a.C, L);
   const bool rows_outer = conv_pixels_outermost(par_threads(par), a.C, 1, a.H, a.W);
   par(a.N * Cb * a.OH, [&](int64_t lo, int64_t hi) NNFUSE_MK_CHUNK {
@@ -830,11 +849,10 @@ void conv_nchwc_depthwise_direct(const ConvNchwcArgs& a, const Ep& ep, const Par
 // bounds checks on the register tile (dw_register_tile). Rows outside the input are skipped
 // (kh_range), not padded. A task was one output row, which copied its KH input rows again
 // for every output row: 5x the copies of a 5x5 layer, on maps where a row is ~100-200 FMAs.
-template <class Arch, int KW, class Ep, class ParFor>
+template <class Arch, int KW, int UR, class Ep, class ParFor>
 void conv_nchwc_depthwise_fixed(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   using V = vfloat<Arch>;
   constexpr int64_t L = int64_t(V::size);
-  constexpr int UR = dw_direct_ur<Arch, 1>();
   const int64_t Cb = nchwc_blocks(a.C, L), tiles = ceil_div(a.OW, int64_t(UR));
   const int64_t Wp = tiles * UR - 1 + KW;  // padded row: every tile's taps, in pixels
   const int64_t left = std::min(a.pad_left, Wp), mid = std::max<int64_t>(0, std::min(a.W, Wp - left));
@@ -915,19 +933,25 @@ void conv_nchwc_depthwise(const ConvNchwcArgs& a, const Ep& ep, const ParFor& pa
   // dw_takes_fixed); anything else on the generic tile.
   if (dw_takes_fixed(a.W, a.KW, a.stride_w, a.dil_w)) {
     if constexpr (dw_fixed_used<Arch, CC>(3))
-      if (a.KW == 3) return conv_nchwc_depthwise_fixed<Arch, 3>(a, ep, par);
+      if (a.KW == 3)
+        return dw_with_direct_ur<Arch, CC, 1>(a.W, [&](auto ur) { conv_nchwc_depthwise_fixed<Arch, 3, decltype(ur)::value>(a, ep, par); });
     if constexpr (dw_fixed_used<Arch, CC>(5))
-      if (a.KW == 5) return conv_nchwc_depthwise_fixed<Arch, 5>(a, ep, par);
+      if (a.KW == 5)
+        return dw_with_direct_ur<Arch, CC, 1>(a.W, [&](auto ur) { conv_nchwc_depthwise_fixed<Arch, 5, decltype(ur)::value>(a, ep, par); });
   }
   if (dw_takes_direct(a.W, a.KW, a.stride_w, a.dil_w)) {
     if constexpr (dw_direct_used<Arch, CC>(3, 1))
-      if (a.KW == 3 && a.stride_w == 1) return conv_nchwc_depthwise_direct<Arch, 3, 1>(a, ep, par);
+      if (a.KW == 3 && a.stride_w == 1)
+        return dw_with_direct_ur<Arch, CC, 1>(a.W, [&](auto ur) { conv_nchwc_depthwise_direct<Arch, 3, 1, decltype(ur)::value>(a, ep, par); });
     if constexpr (dw_direct_used<Arch, CC>(3, 2))
-      if (a.KW == 3 && a.stride_w == 2) return conv_nchwc_depthwise_direct<Arch, 3, 2>(a, ep, par);
+      if (a.KW == 3 && a.stride_w == 2)
+        return dw_with_direct_ur<Arch, CC, 2>(a.W, [&](auto ur) { conv_nchwc_depthwise_direct<Arch, 3, 2, decltype(ur)::value>(a, ep, par); });
     if constexpr (dw_direct_used<Arch, CC>(5, 1))
-      if (a.KW == 5 && a.stride_w == 1) return conv_nchwc_depthwise_direct<Arch, 5, 1>(a, ep, par);
+      if (a.KW == 5 && a.stride_w == 1)
+        return dw_with_direct_ur<Arch, CC, 1>(a.W, [&](auto ur) { conv_nchwc_depthwise_direct<Arch, 5, 1, decltype(ur)::value>(a, ep, par); });
     if constexpr (dw_direct_used<Arch, CC>(5, 2))
-      if (a.KW == 5 && a.stride_w == 2) return conv_nchwc_depthwise_direct<Arch, 5, 2>(a, ep, par);
+      if (a.KW == 5 && a.stride_w == 2)
+        return dw_with_direct_ur<Arch, CC, 2>(a.W, [&](auto ur) { conv_nchwc_depthwise_direct<Arch, 5, 2, decltype(ur)::value>(a, ep, par); });
   }
   // A class whose width takes the padded-plane or the in-place kernel compiles no generic path (it
   // admits no other width, kernel width or stride, so it never gets here).
