@@ -794,24 +794,27 @@ NNFUSE_MK_TILE void dw_register_tile(int64_t kl, int64_t kh, const RowPtr& rowp,
 // pixels, not 8 for 4), but 12-15% slower on 7-wide rows, which 5 cover as 5 + 2 (10 pixels'
 // work) and 4 as 4 + 3; at stride 2, 4 pixels were 7% faster on a 112-wide row, 7-27% slower on
 // the others, so 3 stays. W: the input row's width (0: unknown).
+inline constexpr int64_t kDwNarrowRow = 8;  // rows up to this wide take AVX2's 4-pixel stride-1 tile
 template <class Arch, int S>
 constexpr int dw_direct_ur(int64_t W) {
   constexpr bool wide = vfloat<Arch>::size != 8;  // AVX2: 16 vector registers
-  if constexpr (S == 1) return wide ? 8 : (W > 0 && W <= 8 ? 4 : 5);
+  if constexpr (S == 1) return wide ? 8 : (W > 0 && W <= kDwNarrowRow ? 4 : 5);
   return wide ? 6 : 3;
 }
 
-// Calls f(std::integral_constant<int, UR>) with the row tile for an input row of width W: only
-// the tile class CC's width picks, where CC fixes it.
+// Calls f(std::integral_constant<int, UR>) with the row tile for an input row of width W. Where
+// the class CC fixes the width, or the tile does not depend on it (AVX-512, NEON, stride 2), one
+// tile is compiled; else both, and W picks.
 template <class Arch, ConvClass CC, int S, class F>
 void dw_with_direct_ur(int64_t W, F&& f) {
+  constexpr int narrow = dw_direct_ur<Arch, S>(kDwNarrowRow), other = dw_direct_ur<Arch, S>(kDwNarrowRow + 1);
   if constexpr (CC.w > 0) {
     f(std::integral_constant<int, dw_direct_ur<Arch, S>(CC.w)>{});
-  } else if constexpr (dw_direct_ur<Arch, S>(1) == dw_direct_ur<Arch, S>(9)) {
-    f(std::integral_constant<int, dw_direct_ur<Arch, S>(1)>{});
+  } else if constexpr (narrow == other) {
+    f(std::integral_constant<int, narrow>{});
   } else {
-    if (dw_direct_ur<Arch, S>(W) == dw_direct_ur<Arch, S>(1)) f(std::integral_constant<int, dw_direct_ur<Arch, S>(1)>{});
-    else f(std::integral_constant<int, dw_direct_ur<Arch, S>(9)>{});
+    if (W <= kDwNarrowRow) f(std::integral_constant<int, narrow>{});
+    else f(std::integral_constant<int, other>{});
   }
 }
 
