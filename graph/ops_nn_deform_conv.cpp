@@ -145,6 +145,11 @@ InferResult infer_deform_conv(const InferContext& c) {
   InferResult r;
   const TensorType& w = c.input(1);
   const TensorType& off = c.input(2);
+  // Known ranks are checked before any dim is read (a scalar X with a symbolic offset read X's
+  // first dim out of an empty list: fuzz finding `deform-conv-scalar-x`).
+  for (const auto& [name, t] : {std::pair<const char*, const TensorType*>{"X", &x}, {"W", &w}, {"offset", &off}})
+    if (t->has_shape && t->rank() != 4)
+      c.error(std::string("only 2-D DeformConv is supported: ") + name + " has rank " + std::to_string(t->rank()) + ", must be 4");
   const bool statics = x.is_static() && w.is_static() && off.is_static() && (!c.has_input(3) || c.input(3).is_static()) &&
                        (!c.has_input(4) || c.input(4).is_static());
   if (statics) {
@@ -155,8 +160,8 @@ InferResult infer_deform_conv(const InferContext& c) {
     return r;
   }
   r.outputs.push_back(TensorType(
-      x.dtype, {x.has_shape ? x.dims[0] : Dim{}, w.has_shape ? w.dims[0] : Dim{}, off.has_shape && off.rank() == 4 ? off.dims[2] : Dim{},
-                off.has_shape && off.rank() == 4 ? off.dims[3] : Dim{}}));
+      x.dtype, {x.has_shape ? x.dims[0] : Dim{}, w.has_shape ? w.dims[0] : Dim{}, off.has_shape ? off.dims[2] : Dim{},
+                off.has_shape ? off.dims[3] : Dim{}}));
   return r;
 }
 

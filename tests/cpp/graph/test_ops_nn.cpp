@@ -803,6 +803,26 @@ TEST_CASE("DeformConv against Conv: zero offsets, a constant mask, whole-pixel o
                       Catch::Contains("node_DeformConv") && Catch::Contains("offset [2,9,"));
 }
 
+// Fuzz finding (deform-conv-scalar-x): with a symbolic offset, shape inference read X's first dim
+// from a scalar X's empty dim list. A known rank other than 4 is an error naming the node.
+TEST_CASE("DeformConv shape inference refuses a known rank other than 4 with symbolic dims (fuzz finding)", "[ops][nn]") {
+  for (int bad = 0; bad < 3; ++bad) {
+    GraphBuilder b("bad_deform", 19);
+    auto x = b.input("x", DType::Float32, bad == 0 ? std::vector<Dim>{} : std::vector<Dim>{1, 4, 7, 6});
+    auto off = b.input("off", DType::Float32, bad == 2 ? std::vector<Dim>{Dim::sym("n"), 18} : std::vector<Dim>{Dim::sym("n"), 18, 5, 4});
+    auto w = bad == 1 ? b.weight("w", {6, 4, 9}) : b.weight("w", {6, 4, 3, 3});
+    b.output(b.op("DeformConv", {x, w, off}, {}, "my_deform"));
+    try {
+      b.finish();
+      FAIL("expected a shape error");
+    } catch (const Error& e) {
+      CHECK(e.context().node == "my_deform");
+      const std::string want = std::string(bad == 0 ? "X" : bad == 1 ? "W" : "offset") + " has rank " + (bad == 0 ? "0" : bad == 1 ? "3" : "2");
+      CHECK(std::string(e.what()).find(want) != std::string::npos);
+    }
+  }
+}
+
 // LinearAttention on scalar heads (dk = dv = 1), where the recurrence is arithmetic by hand:
 // linear S_t = S_{t-1} + k v, o = scale q S; gated multiplies S by exp(g) first; delta writes
 // beta (v - S k) instead of v. Two query heads share one KV head (GQA).
