@@ -528,13 +528,15 @@ struct StageEmitter {
       // The conv's shape class (kernels/microkernels/conv_nchwc.h): the instantiation holds only
       // the tile paths these static shapes take. `pointwise` is mk::conv_pointwise_geometry's test
       // (the kernel checks the class it is given with it: a mismatch is an error, never a wrong path).
+      // The input width is in every class: a dense conv's picks its register tile (AVX-512 takes
+      // 7 pixels on maps up to mk::kNarrowMapWidth wide), a depthwise one's its row kernel.
       const bool pointwise = !depthwise && ip("KH") == 1 && ip("KW") == 1 && ip("PH") == 0 && ip("PW") == 0 &&
                              (ip("OH") - 1) * ip("SH") < ip("H") && (ip("OW") - 1) * ip("SW") < ip("W");
       const std::string cls = std::string("nnfuse::mk::ConvClass{nnfuse::mk::ConvKind::") +
                               (depthwise ? "Depthwise" : pointwise ? "Pointwise" : "Spatial") + ", " + std::to_string(K) +
                               (depthwise ? ", " + std::to_string(ip("KW")) + ", " + std::to_string(ip("SW")) + ", " + std::to_string(ip("DW")) +
                                                ", " + std::to_string(ip("W"))
-                                         : ", 0, 0, 0, 0, " + std::to_string(G)) +
+                                         : ", 0, 0, 0, " + std::to_string(ip("W")) + ", " + std::to_string(G)) +
                               "}";
       if (winograd) {
         body << "  if (!nnfuse::mk::conv2d_nchwc_winograd<nf::A, " << cls << ">(a, packed, ep, par)) nf::shape_class_error(ctx);\n";

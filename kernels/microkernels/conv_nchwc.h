@@ -50,7 +50,8 @@ struct ConvClass {
   int64_t kw = 0;  // kernel width, 0 = any (depthwise: which fixed-width row kernel to compile)
   int64_t sw = 0;  // column stride, 0 = any
   int64_t dw = 0;  // column dilation, 0 = any
-  int64_t w = 0;   // input width, 0 = any (with kw, sw, dw: which depthwise row path runs)
+  int64_t w = 0;   // input width, 0 = any (with kw, sw, dw: which depthwise row path runs; dense: up to
+                   // kNarrowMapWidth, AVX-512 takes its 7-pixel tile)
   int64_t g = 0;   // groups of a Pointwise / Spatial conv (1: dense), 0 = any
 };
 
@@ -96,6 +97,13 @@ inline bool conv_class_admits(const ConvClass& cc, const ConvNchwcArgs& a) {
     case ConvKind::Depthwise: return a.depthwise;
   }
   return false;
+}
+
+// Whether a dense class's input maps are narrow (its width known and at most kNarrowMapWidth):
+// picks the register tile's width (conv_nchwc_ur).
+inline constexpr int64_t kNarrowMapWidth = 14;
+constexpr bool conv_class_narrow_map(const ConvClass& cc) {
+  return cc.kind != ConvKind::Depthwise && cc.w > 0 && cc.w <= kNarrowMapWidth;
 }
 
 // Output channel blocks per dense task for vectors of L lanes (the register tile's height,
@@ -456,10 +464,18 @@ constexpr bool conv_nchwc_task_used(int ocb) {
 // core the 7x7 1x1 layers of ResNet-50 and MobileNetV2 ran 8-10% faster and the others 0-3%;
 // the 3x3 layers on the same tile ran up to 10% slower with 5, so they keep 6
 // (bench/kernels_bench.cpp --only conv, session 28).
+// And AVX-512's four-block tile on narrow maps (a class whose input width is known and at most
+// kNarrowMapWidth: ResNet-50's stage 4, MobileNet's and EfficientNet's 7x7 and 14x14 tails),
+// which takes 7 pixels, not 6: a 7x7 map is 7 tiles, not 8 and a one-pixel one. 28 accumulators
+// and 4 weights leave the broadcast no register, so one accumulator goes through the stack per
+// input channel; on wider maps that costs more than the idle pixels it saves (ResNet-50's
+// kernels on a Cascade Lake: 0.88-0.94 on 7x7 maps, 0.92-0.98 on most 14x14 ones, 1.03-1.13 on
+// 56x56; bench/RESULTS.md, session 32).
 template <class Arch>
-constexpr int conv_nchwc_ur(int ocb, bool pointwise = false) {
+constexpr int conv_nchwc_ur(int ocb, bool pointwise = false, bool narrow_map = false) {
   const int regs = vfloat<Arch>::size == 8 ? 16 : 32;
   if (pointwise && regs == 16 && ocb == 2) return 5;
+  if (narrow_map && vfloat<Arch>::size == 16 && ocb == 4) return 7;
   const int ur = (regs - ocb - 1) / ocb;
   return ur > 14 ? 14 : ur;
 }
@@ -491,7 +507,7 @@ inline bool conv_pixels_outermost(int64_t threads, int64_t K, int64_t taps, int6
 template <class Arch, ConvClass CC, int OCB, class Ep>
 inline void conv_nchwc_task(const ConvNchwcArgs& a, const ConvGeom& g, const NchwcInput& in, int64_t cin, int64_t wspan,
                             int64_t cchunk, int64_t n, int64_t kb0, int64_t q0, int64_t q1, const Ep& ep) {
-  constexpr int UR = conv_nchwc_ur<Arch>(OCB, CC.kind == ConvKind::Pointwise);
+  constexpr int UR = conv_nchwc_ur<Arch>(OCB, CC.kind == ConvKind::Pointwise, conv_class_narrow_map(CC));
   constexpr int64_t L = int64_t(vfloat<Arch>::size);
   const int64_t Kb = nchwc_blocks(a.K, L), taps = g.KH * g.KW;
   const int64_t ystride = g.OH * g.OW * L;
@@ -675,7 +691,8 @@ void conv_nchwc_dense(const ConvNchwcArgs& a, const Ep& ep, const ParFor& par) {
   // pixels as it can while every worker still gets ~4 tasks. (Segments in multiples of the
   // 4-block tile's 6 pixels left a 16-channel conv's 14-pixel tiles short at every task end, on
   // the checked path.)
-  const int64_t ocb = std::min<int64_t>(OCBMAX, std::min(win.bpw, Kb)), UR = conv_nchwc_ur<Arch>(int(ocb), CC.kind == ConvKind::Pointwise);
+  const int64_t ocb = std::min<int64_t>(OCBMAX, std::min(win.bpw, Kb));
+  const int64_t UR = conv_nchwc_ur<Arch>(int(ocb), CC.kind == ConvKind::Pointwise, conv_class_narrow_map(CC));
   const int64_t qmax = std::max<int64_t>(UR, 16384 / (ocb * L) / UR * UR);
   const int64_t threads = par_threads(par);  // how finely to split (results never depend on it)
   const int64_t want = 4 * std::max<int64_t>(1, threads), nseg_want = std::max<int64_t>(1, ceil_div(want, a.N * kgroups));

@@ -413,6 +413,14 @@ bool conv_in_class(mk::ConvKind kind, const mk::ConvNchwcArgs& a, const Ep& ep, 
   }
 }
 
+// A dense conv through the instantiation of a class that knows the input width W (as the
+// generator emits them): on maps up to mk::kNarrowMapWidth wide AVX-512 takes its 7-pixel tile.
+template <class Arch, int64_t W, class Ep>
+bool conv_in_width_class(mk::ConvKind kind, const mk::ConvNchwcArgs& a, const Ep& ep, SerialAs par = {}) {
+  if (kind == mk::ConvKind::Pointwise) return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Pointwise, 0, 0, 0, 0, W}>(a, ep, par);
+  return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Spatial, 0, 0, 0, 0, W}>(a, ep, par);
+}
+
 // A depthwise conv through the instantiation for kernel width KW and column stride SW, as the
 // generator emits it (the fixed-width row kernels of other widths are not compiled).
 template <class Arch, int64_t KW, int64_t SW, class Ep>
@@ -445,6 +453,9 @@ void nchwc_cases(Checker& ck) {
               // (two passes of 9; at L = 16 nine blocks, two passes under the 32 KiB panel cap),
               // and one in L2 of 10 blocks at L = 8 (one pass).
               C{1, 144, 20, 20, 24, 1, 1, 1, 0, 1, false, true}, C{1, 80, 14, 14, 40, 1, 1, 1, 0, 1, false, true},
+              // Narrow maps with four output blocks at L = 16 (AVX-512's 4 x 7 tile in a width
+              // class): a 7x7 1x1 (seven whole tiles) and a 14x14 one with a padded input-channel block.
+              C{1, 96, 7, 7, 64, 1, 1, 1, 0, 1, false, true}, C{1, 40, 14, 14, 70, 1, 1, 1, 0, 1, false, true},
               // Dense padded convs with enough work run on a zero-bordered copy of the input:
               // dilation 2 with pad 2, stride 2 with a 5x5 kernel, a 1-pixel-wide map.
               C{1, 32, 9, 8, 48, 3, 3, 1, 2, 2, false, true}, C{1, 40, 11, 9, 64, 5, 5, 2, 2, 1, false, true},
@@ -556,6 +567,20 @@ void nchwc_cases(Checker& ck) {
         if (!ran) std::printf("FAIL %s: refused by its class (K %lld)\n", what.c_str(), (long long)k), ++ck.failures;
         ck.same((what + " class").c_str(), out[0], got);
         yc = untouched;
+      }
+    // Dense convs on 7- and 14-wide maps in a class of their width (narrow maps: AVX-512's 4 x 7
+    // tile, one accumulator through the stack), at 1 and 2 threads; a class of the other width
+    // refuses them.
+    if (!c.dw && (c.W == 7 || c.W == 14))
+      for (int64_t threads : {1, 2}) {
+        const SerialAs par{threads};
+        const bool ran = c.W == 7 ? conv_in_width_class<Arch, 7>(kind, a, ep, par) : conv_in_width_class<Arch, 14>(kind, a, ep, par);
+        mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
+        if (!ran) std::printf("FAIL %s: refused by its width class\n", what.c_str()), ++ck.failures;
+        ck.same((what + " width class").c_str(), out[0], got);
+        yc = untouched;
+        const bool ran_other = c.W == 7 ? conv_in_width_class<Arch, 14>(kind, a, ep, par) : conv_in_width_class<Arch, 7>(kind, a, ep, par);
+        if (ran_other || yc != untouched) std::printf("FAIL %s: a class of another width ran\n", what.c_str()), ++ck.failures;
       }
     if (c.dw && (c.KW == 3 || c.KW == 5) && (c.s == 1 || c.s == 2)) {
       const bool ran = c.KW == 3 ? (c.s == 1 ? depthwise_in_class<Arch, 3, 1>(a, ep) : depthwise_in_class<Arch, 3, 2>(a, ep))
