@@ -99,12 +99,10 @@ inline bool conv_class_admits(const ConvClass& cc, const ConvNchwcArgs& a) {
   return false;
 }
 
-// Whether a dense class's input maps are narrow (its width known and at most kNarrowMapWidth):
-// picks the register tile's width (conv_nchwc_ur).
+// Whether a class's input maps are narrow (its width known and at most kNarrowMapWidth): picks a
+// dense conv's register tile width (conv_nchwc_ur).
 inline constexpr int64_t kNarrowMapWidth = 14;
-constexpr bool conv_class_narrow_map(const ConvClass& cc) {
-  return cc.kind != ConvKind::Depthwise && cc.w > 0 && cc.w <= kNarrowMapWidth;
-}
+constexpr bool conv_class_narrow_map(const ConvClass& cc) { return cc.w > 0 && cc.w <= kNarrowMapWidth; }
 
 // Output channel blocks per dense task for vectors of L lanes (the register tile's height,
 // conv_nchwc_ocbmax): 2 with AVX2's 16 vector registers, 4 with 32 (AVX-512, NEON).
@@ -464,19 +462,18 @@ constexpr bool conv_nchwc_task_used(int ocb) {
 // core the 7x7 1x1 layers of ResNet-50 and MobileNetV2 ran 8-10% faster and the others 0-3%;
 // the 3x3 layers on the same tile ran up to 10% slower with 5, so they keep 6
 // (bench/kernels_bench.cpp --only conv, session 28).
-// And AVX-512's four-block tile on narrow maps (a class whose input width is known and at most
-// kNarrowMapWidth: ResNet-50's stage 4, MobileNet's and EfficientNet's 7x7 and 14x14 tails),
-// which takes 7 pixels, not 6: a 7x7 map is 7 tiles, not 8 and a one-pixel one. 28 accumulators
-// and 4 weights leave the broadcast no register, so one accumulator goes through the stack per
-// input channel; on wider maps that costs more than the idle pixels it saves (ResNet-50's
-// kernels on a Cascade Lake: 0.88-0.94 on 7x7 maps, 0.92-0.98 on most 14x14 ones, 1.03-1.13 on
-// 56x56; bench/RESULTS.md, session 32).
+// And AVX-512 on narrow maps (a class whose input width is known and at most kNarrowMapWidth:
+// ResNet-50's stage 4, MobileNet's and EfficientNet's 7x7 and 14x14 tails), where the broadcast's
+// register goes to the accumulators too: the four-block tile takes 7 pixels, not 6, so a 7x7 map
+// is 7 tiles, not 8 and a one-pixel one (narrower tiles come out as before). The compiler then
+// keeps one accumulator on the stack per input channel; on wider maps that costs more than the
+// idle pixels it saves (ResNet-50's kernels on a Cascade Lake: 0.88-0.94 on 7x7 maps, 0.92-0.98
+// on most 14x14 ones, 1.03-1.13 on 56x56; bench/RESULTS.md, session 32).
 template <class Arch>
 constexpr int conv_nchwc_ur(int ocb, bool pointwise = false, bool narrow_map = false) {
   const int regs = vfloat<Arch>::size == 8 ? 16 : 32;
   if (pointwise && regs == 16 && ocb == 2) return 5;
-  if (narrow_map && vfloat<Arch>::size == 16 && ocb == 4) return 7;
-  const int ur = (regs - ocb - 1) / ocb;
+  const int ur = (regs - ocb - (narrow_map && vfloat<Arch>::size == 16 ? 0 : 1)) / ocb;
   return ur > 14 ? 14 : ur;
 }
 

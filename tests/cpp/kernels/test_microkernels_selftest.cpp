@@ -402,23 +402,16 @@ void winograd_cases(Checker& ck) {
 }
 
 // conv2d_nchwc through the instantiation of shape class {kind, K} (K a compile-time constant), and
-// with G > 0 of {kind, K, groups G} as the generator emits a dense or grouped conv's.
-template <class Arch, int64_t K, class Ep, int64_t G = 0>
+// with G > 0 of {kind, K, groups G} as the generator emits a dense or grouped conv's; with W > 0 the
+// class knows the input width (on maps up to mk::kNarrowMapWidth wide AVX-512 takes its 7-pixel tile).
+template <class Arch, int64_t K, class Ep, int64_t G = 0, int64_t W = 0>
 bool conv_in_class(mk::ConvKind kind, const mk::ConvNchwcArgs& a, const Ep& ep, SerialAs par = {}) {
   switch (kind) {
-    case mk::ConvKind::Pointwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Pointwise, K, 0, 0, 0, 0, G}>(a, ep, par);
-    case mk::ConvKind::Spatial: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Spatial, K, 0, 0, 0, 0, G}>(a, ep, par);
+    case mk::ConvKind::Pointwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Pointwise, K, 0, 0, 0, W, G}>(a, ep, par);
+    case mk::ConvKind::Spatial: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Spatial, K, 0, 0, 0, W, G}>(a, ep, par);
     case mk::ConvKind::Depthwise: return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Depthwise, K}>(a, ep, par);
     default: return mk::conv2d_nchwc<Arch>(a, ep, par);
   }
-}
-
-// A dense conv through the instantiation of a class that knows the input width W (as the
-// generator emits them): on maps up to mk::kNarrowMapWidth wide AVX-512 takes its 7-pixel tile.
-template <class Arch, int64_t W, class Ep>
-bool conv_in_width_class(mk::ConvKind kind, const mk::ConvNchwcArgs& a, const Ep& ep, SerialAs par = {}) {
-  if (kind == mk::ConvKind::Pointwise) return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Pointwise, 0, 0, 0, 0, W}>(a, ep, par);
-  return mk::conv2d_nchwc<Arch, mk::ConvClass{mk::ConvKind::Spatial, 0, 0, 0, 0, W}>(a, ep, par);
 }
 
 // A depthwise conv through the instantiation for kernel width KW and column stride SW, as the
@@ -574,12 +567,14 @@ void nchwc_cases(Checker& ck) {
     if (!c.dw && (c.W == 7 || c.W == 14))
       for (int64_t threads : {1, 2}) {
         const SerialAs par{threads};
-        const bool ran = c.W == 7 ? conv_in_width_class<Arch, 7>(kind, a, ep, par) : conv_in_width_class<Arch, 14>(kind, a, ep, par);
+        using Ep = BlockedBiasRelu<Arch>;
+        const bool ran = c.W == 7 ? conv_in_class<Arch, 0, Ep, 0, 7>(kind, a, ep, par) : conv_in_class<Arch, 0, Ep, 0, 14>(kind, a, ep, par);
         mk::nchwc_to_nchw(yc.data(), c.N, c.K, OH * OW, L, got.data());
         if (!ran) std::printf("FAIL %s: refused by its width class\n", what.c_str()), ++ck.failures;
         ck.same((what + " width class").c_str(), out[0], got);
         yc = untouched;
-        const bool ran_other = c.W == 7 ? conv_in_width_class<Arch, 14>(kind, a, ep, par) : conv_in_width_class<Arch, 7>(kind, a, ep, par);
+        const bool ran_other =
+            c.W == 7 ? conv_in_class<Arch, 0, Ep, 0, 14>(kind, a, ep, par) : conv_in_class<Arch, 0, Ep, 0, 7>(kind, a, ep, par);
         if (ran_other || yc != untouched) std::printf("FAIL %s: a class of another width ran\n", what.c_str()), ++ck.failures;
       }
     if (c.dw && (c.KW == 3 || c.KW == 5) && (c.s == 1 || c.s == 2)) {
