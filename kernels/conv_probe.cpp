@@ -11,6 +11,7 @@
 
 #include "graph/error.h"
 #include "kernels/emit_cpp.h"
+#include "kernels/toolchain.h"
 
 namespace nnfuse {
 
@@ -81,21 +82,33 @@ extern "C" int nnfuse_conv_probe(const int64_t* g, int64_t n, double* out) {
 }
 )";
 
-// The kernels the timing program runs, one unit each: {unit name, source}.
+// The kernels the timing program runs, one unit each: {unit name, source}. Each times the kernel
+// the model would run: on a map up to kNarrowMapWidth wide the generator's class holds the width,
+// which gives the narrow-map register tile (AVX-512's 4 x 7, for the direct conv and for Winograd's
+// products alike), so the probe runs a narrow class there. The width in a class picks the tile
+// only; one instantiation at kNarrowMapWidth serves every narrow width, the direct one entered
+// past conv2d_nchwc's class check (which wants the exact width) since the geometry is ours.
 constexpr const char* kProbeKernels[][2] = {
     {"conv_probe_direct", R"(#include "gen_support.h"
 void nnfuse_probe_direct(const nnfuse::mk::ConvNchwcArgs& a) {
-  nnfuse::mk::conv2d_nchwc<nf::A, nnfuse::mk::ConvClass{nnfuse::mk::ConvKind::Spatial, 0}>(a, nnfuse::mk::IdentityEpilogue{});
+  namespace mk = nnfuse::mk;
+  constexpr mk::ConvClass narrow{mk::ConvKind::Spatial, 0, 0, 0, 0, mk::kNarrowMapWidth, 1};
+  if (a.W <= mk::kNarrowMapWidth) mk::detail::conv_nchwc_dense<nf::A, narrow>(a, mk::IdentityEpilogue{}, mk::SerialFor{});
+  else mk::conv2d_nchwc<nf::A, mk::ConvClass{mk::ConvKind::Spatial, 0, 0, 0, 0, 0, 1}>(a, mk::IdentityEpilogue{});
 }
 )"},
     {"conv_probe_f4", R"(#include "gen_support.h"
 void nnfuse_probe_f4(const nnfuse::mk::ConvNchwcArgs& a, const nnfuse::mk::PackedConvWinograd& p) {
-  nnfuse::mk::conv2d_nchwc_winograd<nf::A>(a, p, nnfuse::mk::IdentityEpilogue{});
+  namespace mk = nnfuse::mk;
+  if (a.W <= mk::kNarrowMapWidth) mk::conv2d_nchwc_winograd<nf::A, mk::ConvClass{mk::ConvKind::Spatial, 0, 0, 0, 0, mk::kNarrowMapWidth, 1}>(a, p);
+  else mk::conv2d_nchwc_winograd<nf::A>(a, p);
 }
 )"},
     {"conv_probe_f2", R"(#include "gen_support.h"
 void nnfuse_probe_f2(const nnfuse::mk::ConvNchwcArgs& a, const nnfuse::mk::PackedConvWinograd2& p) {
-  nnfuse::mk::conv2d_nchwc_winograd<nf::A>(a, p, nnfuse::mk::IdentityEpilogue{});
+  namespace mk = nnfuse::mk;
+  if (a.W <= mk::kNarrowMapWidth) mk::conv2d_nchwc_winograd<nf::A, mk::ConvClass{mk::ConvKind::Spatial, 0, 0, 0, 0, mk::kNarrowMapWidth, 1}>(a, p);
+  else mk::conv2d_nchwc_winograd<nf::A>(a, p);
 }
 )"},
 };
@@ -144,7 +157,10 @@ void write_timings(const fs::path& p, const nlohmann::json& j) {
 ConvProbeResult choose_conv_algorithms_by_measurement(KernelModule& mod, const ToolchainOptions& to) {
   auto t0 = std::chrono::steady_clock::now();
   ConvProbeResult r;
-  const std::string machine = cpu_model_name() + " | " + to.target + " | L" + std::to_string(mod.layout_block);
+  // Timings hold for this CPU, target and block, and for these kernels: measurements of other
+  // kernel headers (an older or newer nnfuse, NNFUSE_KERNEL_INCLUDE) are not taken for these.
+  const std::string machine =
+      cpu_model_name() + " | " + to.target + " | L" + std::to_string(mod.layout_block) + " | kernels " + kernel_headers_hash();
   // One entry per geometry (its key includes the candidate mask): the stages that have it.
   struct Layer {
     std::vector<Stage*> stages;

@@ -320,6 +320,8 @@ std::string kernel_include_dir() {
   fail(ErrorKind::Runtime, "cannot find the kernel support headers (gen_support.h): set NNFUSE_KERNEL_INCLUDE to the kernels/ folder");
 }
 
+std::string kernel_headers_hash() { return support_headers_hash(kernel_include_dir()); }
+
 BuildResult build_shared_object(const std::vector<SourceUnit>& units, const ToolchainOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   BuildResult r;

@@ -30,6 +30,10 @@ std::vector<std::string> target_flags(const std::string& target);
 std::string default_cache_dir();
 // Where gen_support.h and microkernels/ live ($NNFUSE_KERNEL_INCLUDE, else this source tree).
 std::string kernel_include_dir();
+// A hash of the kernel support headers build_shared_object compiles against (kernel_include_dir's
+// gen_support.h, exec_ctx.h, driver_main.h and microkernels/): part of every build's cache key,
+// and of cached measurements of those kernels (the conv-algorithm timings).
+std::string kernel_headers_hash();
 // A 64-bit FNV-1a hash, hex.
 std::string content_hash(const std::string& data);
 std::string file_checksum(const std::string& path);

@@ -232,9 +232,11 @@ inline void wino_output_row(const ConvNchwcArgs& a, const WinogradGeom& wg, int6
 }  // namespace detail
 
 // y = ep(conv(x, w)) for a convolution conv_winograd_applicable() accepts, w packed by
-// PackedConvWinogradM<M> (same K, C, L). Same (row, col) epilogue space as conv2d_nchwc. Only
-// CC.K of the class matters (the products are pointwise convolutions with K output channels);
-// returns false, computing nothing, for a K outside it.
+// PackedConvWinogradM<M> (same K, C, L). Same (row, col) epilogue space as conv2d_nchwc. Of the
+// class, CC.K matters (the products are pointwise convolutions with K output channels; returns
+// false, computing nothing, for a K outside it) and whether its maps are narrow
+// (conv_class_narrow_map): a narrow map's products take the dense conv's narrow-map tile, AVX-512's
+// 4 x 7, as its direct kernel does. The width itself is not checked: it picks the tile only.
 template <class Arch, ConvClass CC = ConvClass{}, int M, class Ep = IdentityEpilogue, class ParFor = SerialFor>
 bool conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>& pw, const Ep& ep = {}, const ParFor& par = {}) {
   using V = vfloat<Arch>;
@@ -259,7 +261,8 @@ bool conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>&
 
   // 2. P products, each a 1x1 NCHWc convolution over the T tiles (one image, one row of T).
   constexpr int OCBMAX = detail::conv_nchwc_ocbmax<Arch>();
-  constexpr int64_t UR = detail::conv_nchwc_ur<Arch>(OCBMAX, true);  // the tile of the products class
+  constexpr bool narrow = conv_class_narrow_map(CC);
+  constexpr int64_t UR = detail::conv_nchwc_ur<Arch>(OCBMAX, true, narrow);  // the tile of the products class
   const int64_t kgroups = ceil_div(Kb, int64_t(OCBMAX));
   const detail::ConvGeom g1{1, wg.T, 1, wg.T, 1, 1, 1, 1, 0, 0, 1, 1};
   const int64_t cchunk = std::max<int64_t>(1, 32768 / (OCBMAX * L));
@@ -277,7 +280,9 @@ bool conv2d_nchwc_winograd(const ConvNchwcArgs& a, const PackedConvWinogradM<M>&
       const detail::NchwcInput vin(Vt + xi * vslice, true, 1, a.C, 1, wg.T, L);
       const int64_t kb0 = kg * OCBMAX, q0 = s * qseg, q1 = std::min(wg.T, q0 + qseg);
       const IdentityEpilogue id;
-      constexpr ConvClass products{ConvKind::Pointwise, CC.K, 0, 0, 0, 0, 1};  // dense
+      // Dense; a narrow map's products keep the class's width, which picks the tile (T tiles of a
+      // 14x14 map: 49 for F(2x2), 7 tiles of 7 pixels where 6 took 9, the last of one pixel).
+      constexpr ConvClass products{ConvKind::Pointwise, CC.K, 0, 0, 0, narrow ? CC.w : 0, 1};
       detail::conv_nchwc_task_of<Arch, products>(std::min<int64_t>(OCBMAX, Kb - kb0), b, g1, vin, a.C, a.C, cchunk, 0, kb0, q0, q1, id);
     }
   });

@@ -386,6 +386,15 @@ void winograd_cases(Checker& ck) {
     ck.close_scaled(what.c_str(), out[0], want, 2e-5);
     ck.same(what.c_str(), out[0], out[1]);
     ck.same(what.c_str(), out[0], out[2]);
+    if (c.W <= mk::kNarrowMapWidth) {  // a narrow map's class: its products take the narrow-map tile
+      std::vector<float> yn(size_t(c.N * Kb * OH * OW * L), std::nanf("")), got(want.size());
+      a.y = yn.data();
+      constexpr mk::ConvClass narrow{mk::ConvKind::Spatial, 0, 0, 0, 0, mk::kNarrowMapWidth, 1};
+      if (!mk::conv2d_nchwc_winograd<Arch, narrow>(a, pw, BlockedBiasRelu<Arch>{bpad.data(), Kb}, Two{}))
+        std::printf("FAIL %s: refused by a narrow class\n", what.c_str()), ++ck.failures;
+      mk::nchwc_to_nchw(yn.data(), c.N, c.K, OH * OW, L, got.data());
+      ck.same((what + " narrow class").c_str(), out[0], got);
+    }
     if (c.K == 20 || c.K == 40) {  // the products' task shapes of that K only; another K refused
       std::vector<float> yc(size_t(c.N * Kb * OH * OW * L), std::nanf("")), got(want.size());
       a.y = yc.data();

@@ -17,6 +17,7 @@
 #include "graph/error.h"
 #include "graph/interpreter.h"
 #include "kernels/cpu_model.h"
+#include "kernels/toolchain.h"
 #include "lowering_test_util.h"
 
 using namespace nnfuse;
@@ -201,6 +202,24 @@ TEST_CASE("conv algorithm: measured on this machine, cached per machine and shap
     CHECK(algorithm_counts(loaded->module()) == chosen);
     CHECK(loaded->info()["memory"]["conv_algorithms"]["measured"].size() == 3);
     check_close(loaded->run(feeds), want, 1e-4, 1e-4);
+  }
+  SECTION("timings of other kernel headers are measured again") {
+    // The cache's machine key ends with the hash of the headers the timing program compiled
+    // against; an entry for other headers (an older nnfuse's) is not taken for these kernels.
+    nlohmann::json j, old;
+    std::ifstream(timing_file) >> j;
+    REQUIRE(j.size() == 1);
+    const std::string key = j.begin().key(), suffix = " | kernels " + kernel_headers_hash();
+    REQUIRE(key.size() > suffix.size());
+    CHECK(key.substr(key.size() - suffix.size()) == suffix);
+    old[key.substr(0, key.size() - suffix.size()) + " | kernels 0123456789abcdef"] = j.begin().value();
+    std::ofstream(timing_file) << old.dump();
+    auto cm = CpuModel::build(m.graph, &plan, o);
+    CHECK(check_choices(*cm, "measured") == 3);
+    nlohmann::json after;
+    std::ifstream(timing_file) >> after;
+    CHECK(after.size() == 2);
+    CHECK(after.contains(key));
   }
   SECTION("a damaged timing file is measured again and rewritten") {
     std::ofstream(timing_file) << "{ not json";
