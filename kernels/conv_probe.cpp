@@ -82,34 +82,36 @@ extern "C" int nnfuse_conv_probe(const int64_t* g, int64_t n, double* out) {
 }
 )";
 
-// The kernels the timing program runs, one unit each: {unit name, source}. Each times the kernel
-// the model would run: on a map up to kNarrowMapWidth wide the generator's class holds the width,
-// which gives the narrow-map register tile (AVX-512's 4 x 7, for the direct conv and for Winograd's
-// products alike), so the probe runs a narrow class there. The width in a class picks the tile
-// only; one instantiation at kNarrowMapWidth serves every narrow width, the direct one entered
-// past conv2d_nchwc's class check (which wants the exact width) since the geometry is ours.
+// The kernels the timing program runs, one unit each: {unit name, source}, each after
+// kProbeUnitPrelude. Each times the kernel the model would run: on a map up to kNarrowMapWidth
+// wide the generator's class holds the width, which gives the narrow-map register tile (AVX-512's
+// 4 x 7, for the direct conv and for Winograd's products alike), so the probe runs a narrow class
+// there. The width in a class picks the tile only; one instantiation at kNarrowMapWidth serves
+// every narrow width, the direct one entered past conv2d_nchwc's class check (which wants the
+// exact width) since the geometry is ours.
+constexpr const char* kProbeUnitPrelude = R"(#include "gen_support.h"
+namespace {
+namespace mk = nnfuse::mk;
+constexpr mk::ConvClass kNarrow{mk::ConvKind::Spatial, 0, 0, 0, 0, mk::kNarrowMapWidth, 1};
+template <class Packed>
+void probe_winograd(const mk::ConvNchwcArgs& a, const Packed& p) {
+  if (a.W <= mk::kNarrowMapWidth) mk::conv2d_nchwc_winograd<nf::A, kNarrow>(a, p);
+  else mk::conv2d_nchwc_winograd<nf::A>(a, p);
+}
+}  // namespace
+)";
 constexpr const char* kProbeKernels[][2] = {
-    {"conv_probe_direct", R"(#include "gen_support.h"
-void nnfuse_probe_direct(const nnfuse::mk::ConvNchwcArgs& a) {
-  namespace mk = nnfuse::mk;
-  constexpr mk::ConvClass narrow{mk::ConvKind::Spatial, 0, 0, 0, 0, mk::kNarrowMapWidth, 1};
-  if (a.W <= mk::kNarrowMapWidth) mk::detail::conv_nchwc_dense<nf::A, narrow>(a, mk::IdentityEpilogue{}, mk::SerialFor{});
+    {"conv_probe_direct", R"(
+void nnfuse_probe_direct(const mk::ConvNchwcArgs& a) {
+  if (a.W <= mk::kNarrowMapWidth) mk::detail::conv_nchwc_dense<nf::A, kNarrow>(a, mk::IdentityEpilogue{}, mk::SerialFor{});
   else mk::conv2d_nchwc<nf::A, mk::ConvClass{mk::ConvKind::Spatial, 0, 0, 0, 0, 0, 1}>(a, mk::IdentityEpilogue{});
 }
 )"},
-    {"conv_probe_f4", R"(#include "gen_support.h"
-void nnfuse_probe_f4(const nnfuse::mk::ConvNchwcArgs& a, const nnfuse::mk::PackedConvWinograd& p) {
-  namespace mk = nnfuse::mk;
-  if (a.W <= mk::kNarrowMapWidth) mk::conv2d_nchwc_winograd<nf::A, mk::ConvClass{mk::ConvKind::Spatial, 0, 0, 0, 0, mk::kNarrowMapWidth, 1}>(a, p);
-  else mk::conv2d_nchwc_winograd<nf::A>(a, p);
-}
+    {"conv_probe_f4", R"(
+void nnfuse_probe_f4(const mk::ConvNchwcArgs& a, const mk::PackedConvWinograd& p) { probe_winograd(a, p); }
 )"},
-    {"conv_probe_f2", R"(#include "gen_support.h"
-void nnfuse_probe_f2(const nnfuse::mk::ConvNchwcArgs& a, const nnfuse::mk::PackedConvWinograd2& p) {
-  namespace mk = nnfuse::mk;
-  if (a.W <= mk::kNarrowMapWidth) mk::conv2d_nchwc_winograd<nf::A, mk::ConvClass{mk::ConvKind::Spatial, 0, 0, 0, 0, mk::kNarrowMapWidth, 1}>(a, p);
-  else mk::conv2d_nchwc_winograd<nf::A>(a, p);
-}
+    {"conv_probe_f2", R"(
+void nnfuse_probe_f2(const mk::ConvNchwcArgs& a, const mk::PackedConvWinograd2& p) { probe_winograd(a, p); }
 )"},
 };
 
@@ -201,7 +203,7 @@ ConvProbeResult choose_conv_algorithms_by_measurement(KernelModule& mod, const T
     for (auto& k : kProbeKernels) {
       SourceUnit u;
       u.name = k[0];
-      u.code = k[1];
+      u.code = std::string(kProbeUnitPrelude) + k[1];
       units.push_back(std::move(u));
     }
     BuildResult br = build_shared_object(units, to);
