@@ -247,19 +247,30 @@ static InferResult infer_identity(const InferContext& c) {
 }
 
 // Dropout at inference: output = input. From opset 12 `training_mode` (input 2) may turn on
-// training behaviour, which is random and not supported.
-static bool dropout_training(const Node& n, int64_t opset, const Tensor* mode) {
-  (void)n;
+// training: each element is dropped with probability `ratio` (input 1, default 0.5) and the kept
+// ones scaled by 1 / (1 - ratio). That is random, and not supported, unless the ratio is 0: then
+// nothing is dropped and training mode is Identity with an all-true mask, as at inference.
+// Returns whether the node would draw random numbers. `mode` and `ratio` are the values of inputs
+// 2 and 1, nullptr when absent or not known yet (shape inference on a non-constant input); an
+// unknown value is taken as not random there, and the kernel asks again with the run-time values.
+static bool dropout_random(const Node& n, int64_t opset, const Tensor* mode, bool ratio_given, const Tensor* ratio) {
   if (opset < 12 || !mode) return false;
   if (mode->numel() != 1) fail(ErrorKind::Shape, "training_mode must be a scalar", node_ctx(n, opset));
-  return mode->as_double(0) != 0;
+  if (mode->as_double(0) == 0) return false;
+  if (!ratio_given) return true;  // the default ratio, 0.5
+  if (!ratio) return false;
+  if (ratio->numel() != 1) fail(ErrorKind::Shape, "ratio must be a scalar", node_ctx(n, opset));
+  return ratio->as_double(0) != 0;
 }
+
+static const char* kDropoutRandom =
+    "Dropout with training_mode=true and a nonzero ratio draws a random mask; only inference or ratio 0 is supported";
 
 static InferResult infer_dropout(const InferContext& c) {
   if (c.opset < 12 && c.num_inputs() > 1)
     fail(ErrorKind::Model, "Dropout takes one input before opset 12", node_ctx(c.node, c.opset));
-  if (dropout_training(c.node, c.opset, c.has_input(2) ? c.value(2) : nullptr))
-    fail(ErrorKind::Unsupported, "Dropout with training_mode=true is not supported (inference only)", node_ctx(c.node, c.opset));
+  if (dropout_random(c.node, c.opset, c.has_input(2) ? c.value(2) : nullptr, c.has_input(1), c.has_input(1) ? c.value(1) : nullptr))
+    fail(ErrorKind::Unsupported, kDropoutRandom, node_ctx(c.node, c.opset));
   const TensorType& x = c.input(0);
   check_dtype(c, x.dtype, kFloat);
   InferResult r;
@@ -275,8 +286,8 @@ static InferResult infer_dropout(const InferContext& c) {
 static std::vector<Tensor> kernel_dropout(const KernelContext& c) {
   const Tensor& x = c.input(0);
   if (!accepts(kFloat, x.dtype())) unsupported_dtype(c.node, c.opset, x.dtype(), "input", kFloat);
-  if (dropout_training(c.node, c.opset, c.has_input(2) ? c.inputs[2] : nullptr))
-    c.unsupported("Dropout with training_mode=true is not supported (inference only)");
+  if (dropout_random(c.node, c.opset, c.has_input(2) ? c.inputs[2] : nullptr, c.has_input(1), c.has_input(1) ? c.inputs[1] : nullptr))
+    c.unsupported(kDropoutRandom);
   std::vector<Tensor> out{x};
   if (c.node.outputs.size() > 1 && !c.node.outputs[1].empty()) {
     if (c.opset >= 10) {

@@ -30,46 +30,80 @@ void check_param(const KernelContext& c, const Tensor& p, int64_t want, const ch
     c.error(std::string(what) + " " + shape_str(p.shape()) + " must have " + std::to_string(want) + " elements (one per channel)");
 }
 
-// ---------------------------------------------------------------- BatchNormalization (inference)
+// ---------------------------------------------------------------- BatchNormalization
+// Inference normalises with the running statistics (inputs 3 and 4). Training mode (opset 14+)
+// normalises with the batch's own mean and biased variance over every axis but the channel's,
+// and outputs the running statistics updated by `momentum`: r = input * momentum + batch * (1 - momentum).
+// Training mode is deterministic, so the oracle computes it; a forward pass of a model exported
+// in training mode needs it.
 template <class T>
-std::vector<Tensor> batchnorm_typed(const KernelContext& c, const std::vector<const Tensor*>& in) {
+std::vector<Tensor> batchnorm_typed(const KernelContext& c, const std::vector<const Tensor*>& in, bool training) {
   const Tensor& X = *in[0];
   if (X.rank() < 2) c.error("input " + shape_str(X.shape()) + " must have rank >= 2 (N, C, ...)");
   int64_t N = X.dim(0), C = X.dim(1), sp = X.numel() / std::max<int64_t>(1, N * C);
   const char* names[] = {"X", "scale", "B", "input_mean", "input_var"};
   for (int i = 1; i < 5; ++i) check_param(c, *in[size_t(i)], C, names[i]);
   double eps = c.node.attrs.get_float("epsilon", 1e-5f);
+  double momentum = c.node.attrs.get_float("momentum", 0.9f);
   const T* s = in[1]->data<T>();
   const T* b = in[2]->data<T>();
   const T* m = in[3]->data<T>();
   const T* v = in[4]->data<T>();
   Tensor Y(DTypeOf<T>::value, X.shape());
+  Tensor running_mean(DTypeOf<T>::value, {C}), running_var(DTypeOf<T>::value, {C});
   const T* x = X.data<T>();
   T* y = Y.data<T>();
   for (int64_t ch = 0; ch < C; ++ch) {
-    double a = double(s[ch]) / std::sqrt(double(v[ch]) + eps);
-    T mul = T(a), add = T(double(b[ch]) - double(m[ch]) * a);
+    double mean = double(m[ch]), var = double(v[ch]);
+    if (training) {
+      // Per-channel statistics over N x spatial, in two passes like mean_var.
+      double sum = 0, sq = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < sp; ++i) sum += double(x[(n * C + ch) * sp + i]);
+      int64_t count = N * sp;
+      mean = count ? sum / double(count) : 0.0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < sp; ++i) {
+          double d = double(x[(n * C + ch) * sp + i]) - mean;
+          sq += d * d;
+        }
+      var = count ? sq / double(count) : 0.0;
+      running_mean.data<T>()[ch] = T(double(m[ch]) * momentum + mean * (1 - momentum));
+      running_var.data<T>()[ch] = T(double(v[ch]) * momentum + var * (1 - momentum));
+    }
+    double a = double(s[ch]) / std::sqrt(var + eps);
+    T mul = T(a), add = T(double(b[ch]) - mean * a);
     for (int64_t n = 0; n < N; ++n) {
       const T* xc = x + (n * C + ch) * sp;
       T* yc = y + (n * C + ch) * sp;
       for (int64_t i = 0; i < sp; ++i) yc[i] = xc[i] * mul + add;
     }
   }
-  return {Y};
+  if (!training) return {Y};
+  return {Y, running_mean, running_var};
 }
 
 std::vector<Tensor> batchnorm_kernel(const KernelContext& c) {
-  if (c.node.attrs.get_int("training_mode", 0) != 0)
-    c.unsupported("BatchNormalization with training_mode=1 (only inference is supported)");
-  for (size_t i = 1; i < c.node.outputs.size(); ++i)
-    if (!c.node.outputs[i].empty())
-      c.unsupported("BatchNormalization with running-statistics outputs (training mode; only inference is supported)");
+  // `training_mode` exists from opset 14; before it, training outputs had other meanings (saved
+  // mean and inverse std at opsets 9-13), which no exporter writes for inference.
+  bool training = c.opset >= 14 && c.node.attrs.get_int("training_mode", 0) != 0;
+  if (!training && c.node.attrs.get_int("training_mode", 0) != 0)
+    c.unsupported("BatchNormalization with training_mode=1 before opset 14");
+  if (!training)
+    for (size_t i = 1; i < c.node.outputs.size(); ++i)
+      if (!c.node.outputs[i].empty())
+        c.unsupported(c.opset >= 14 ? "BatchNormalization with running-statistics outputs needs training_mode=1"
+                                    : "BatchNormalization with statistics outputs before opset 14 (training; only inference is supported)");
   if (c.opset < 9 && c.node.attrs.get_int("spatial", 1) == 0 && c.input(1).rank() > 1)
     c.unsupported("BatchNormalization with spatial=0 and per-element parameters");
-  return float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
+  std::vector<Tensor> out = float_kernel(c, [&](auto tag, const std::vector<const Tensor*>& in) {
     using T = decltype(tag);
-    return batchnorm_typed<T>(c, in);
+    return batchnorm_typed<T>(c, in, training);
   });
+  // The running statistics take input_mean's type (T2 at opset 15), not X's.
+  for (size_t i = 1; i < out.size(); ++i)
+    if (out[i].dtype() != c.input(3).dtype()) out[i] = out[i].cast(c.input(3).dtype());
+  return out;
 }
 
 InferResult infer_batchnorm(const InferContext& c) {
@@ -82,8 +116,10 @@ InferResult infer_batchnorm(const InferContext& c) {
   }
   InferResult r;
   r.outputs.push_back(x);
+  // Running statistics (training mode) have input_mean's type and one value per channel.
+  DType stat = c.num_inputs() > 3 && c.input(3).dtype != DType::Undefined ? c.input(3).dtype : x.dtype;
   for (size_t i = 1; i < c.node.outputs.size(); ++i)
-    r.outputs.push_back(x.has_shape ? TensorType(x.dtype, {x.dims[1]}) : TensorType::unknown_shape(x.dtype));
+    r.outputs.push_back(x.has_shape ? TensorType(stat, {x.dims[1]}) : TensorType::unknown_shape(stat));
   return r;
 }
 
@@ -401,6 +437,11 @@ void register_nn_norm_ops(OpRegistry& r) {
   {
     OpSchema s = nn_schema("BatchNormalization", 7, 5, 5, 1, 5);
     s.mapping = MappingType::OneToOne;  // inference: a per-channel scale and shift
+    // Training mode reduces over the batch first: every output element depends on its channel's
+    // whole batch.
+    s.mapping_fn = [](const Node& n, const std::vector<TensorType>&, const std::vector<TensorType>&) {
+      return n.attrs.get_int("training_mode", 0) != 0 ? MappingType::ManyToMany : MappingType::OneToOne;
+    };
     s.infer = infer_batchnorm;
     s.kernel = batchnorm_kernel;
     s.flops = per_element(2);  // one multiply-add per element in inference

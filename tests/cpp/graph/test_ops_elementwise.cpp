@@ -511,6 +511,13 @@ TEST_CASE("Identity and Dropout pass their input through", "[ops][elementwise]")
   Error err = error_of([&] { run_op("Dropout", {&x, &ratio, &on}, {}, 13, 1); });
   CHECK(err.kind() == ErrorKind::Unsupported);
   CHECK_THAT(err.what(), Catch::Contains("training_mode"));
+  // Training mode drops nothing at ratio 0: Identity with an all-true mask.
+  Tensor zero = Tensor::scalar<float>(0.f);
+  auto t0 = run_op("Dropout", {&x, &zero, &on}, {}, 13, 2);
+  CHECK(t0[0].equals(x));
+  check_exact<bool>(t0[1], {true, true, true, true});
+  // Training mode without a ratio input takes the default 0.5: random, refused.
+  CHECK(error_of([&] { run_op("Dropout", {&x, nullptr, &on}, {}, 13, 1); }).kind() == ErrorKind::Unsupported);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -393,24 +393,44 @@ TEST_CASE("Global pools and LpPool", "[ops][nn]") {
 }
 
 // ------------------------------------------------------------------------------------ normalisation
-TEST_CASE("BatchNormalization inference, training rejected", "[ops][nn]") {
+TEST_CASE("BatchNormalization inference and training mode", "[ops][nn]") {
   Tensor x = f32({1, 2, 1, 2}, {1, 2, 3, 4});
   Tensor s = f32({2}, {1, 2}), b = f32({2}, {0, 1}), m = f32({2}, {1, 3}), v = f32({2}, {4, 1});
   auto y = run("BatchNormalization", {x, s, b, m, v}, attrs({{"epsilon", A::f(0.f)}}), 15)[0];
   // ch0: (x-1)/2 ; ch1: 2*(x-3)+1
   require_values(y, {1, 2, 1, 2}, {0, 0.5f, 1, 3});
-  REQUIRE_THROWS_AS(run("BatchNormalization", {x, s, b, m, v}, attrs({{"training_mode", A::i(1)}}), 15, 3), Error);
-  try {
-    run("BatchNormalization", {x, s, b, m, v}, attrs({{"training_mode", A::i(1)}}), 15, 3);
-  } catch (const Error& e) {
-    REQUIRE(e.kind() == ErrorKind::Unsupported);
+  // Training mode: the batch's statistics (ch0 {1, 2}: mean 1.5, biased var 0.25; ch1 {3, 4}: 3.5,
+  // 0.25) normalise, and the running ones move halfway to them at momentum 0.5.
+  Attributes train = attrs({{"training_mode", A::i(1)}, {"epsilon", A::f(0.f)}, {"momentum", A::f(0.5f)}});
+  auto t = run("BatchNormalization", {x, s, b, m, v}, train, 15, 3);
+  require_values(t[0], {1, 2, 1, 2}, {-1, 1, -1, 3});
+  require_values(t[1], {2}, {1.25f, 3.25f});      // 1 * 0.5 + 1.5 * 0.5, 3 * 0.5 + 3.5 * 0.5
+  require_values(t[2], {2}, {2.125f, 0.625f});    // 4 * 0.5 + 0.25 * 0.5, 1 * 0.5 + 0.25 * 0.5
+  // Y alone in training mode is the same normalisation.
+  require_values(run("BatchNormalization", {x, s, b, m, v}, train, 15, 1)[0], {1, 2, 1, 2}, {-1, 1, -1, 3});
+  // Statistics outputs without training mode, or training before opset 14, have no meaning we run.
+  for (int64_t opset : {15, 9}) {
+    bool unsupported = false;
+    try {
+      run("BatchNormalization", {x, s, b, m, v}, {}, opset, 3);
+    } catch (const Error& e) {
+      unsupported = e.kind() == ErrorKind::Unsupported;
+    }
+    CHECK(unsupported);
   }
   GraphBuilder gb("bn", 15);
   auto in = gb.input("x", DType::Float32, {1, 2, 1, 2});
-  auto o = gb.op("BatchNormalization", {in, gb.constant("s", s), gb.constant("b", b), gb.constant("m", m), gb.constant("v", v)});
+  std::vector<std::string> params{in, gb.constant("s", s), gb.constant("b", b), gb.constant("m", m), gb.constant("v", v)};
+  auto o = gb.op("BatchNormalization", params);
+  auto ot = gb.op_n("BatchNormalization", params, 3, GraphBuilder::attrs({{"training_mode", A::i(1)}}));
   gb.output(o);
+  for (auto& name : ot) gb.output(name);
   Model md = gb.finish();
   REQUIRE(node_mapping_type(md.graph, md.graph.producer(o).value()) == MappingType::OneToOne);
+  // Training mode reduces over the batch before it scales.
+  REQUIRE(node_mapping_type(md.graph, md.graph.producer(ot[0]).value()) == MappingType::ManyToMany);
+  CHECK(md.graph.type(ot[1]).str() == md.graph.type(ot[2]).str());
+  CHECK(md.graph.type(ot[1]).rank() == 1);
 }
 
 TEST_CASE("LayerNormalization against hand-computed mean and variance", "[ops][nn]") {
