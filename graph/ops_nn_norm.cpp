@@ -44,42 +44,53 @@ std::vector<Tensor> batchnorm_typed(const KernelContext& c, const std::vector<co
   const char* names[] = {"X", "scale", "B", "input_mean", "input_var"};
   for (int i = 1; i < 5; ++i) check_param(c, *in[size_t(i)], C, names[i]);
   double eps = c.node.attrs.get_float("epsilon", 1e-5f);
-  double momentum = c.node.attrs.get_float("momentum", 0.9f);
   const T* s = in[1]->data<T>();
   const T* b = in[2]->data<T>();
   const T* m = in[3]->data<T>();
   const T* v = in[4]->data<T>();
   Tensor Y(DTypeOf<T>::value, X.shape());
-  Tensor running_mean(DTypeOf<T>::value, {C}), running_var(DTypeOf<T>::value, {C});
   const T* x = X.data<T>();
   T* y = Y.data<T>();
-  for (int64_t ch = 0; ch < C; ++ch) {
-    double mean = double(m[ch]), var = double(v[ch]);
-    if (training) {
-      // Per-channel statistics over N x spatial, in two passes like mean_var.
-      double sum = 0, sq = 0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < sp; ++i) sum += double(x[(n * C + ch) * sp + i]);
-      int64_t count = N * sp;
-      mean = count ? sum / double(count) : 0.0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < sp; ++i) {
-          double d = double(x[(n * C + ch) * sp + i]) - mean;
-          sq += d * d;
-        }
-      var = count ? sq / double(count) : 0.0;
-      running_mean.data<T>()[ch] = T(double(m[ch]) * momentum + mean * (1 - momentum));
-      running_var.data<T>()[ch] = T(double(v[ch]) * momentum + var * (1 - momentum));
+  if (!training) {
+    for (int64_t ch = 0; ch < C; ++ch) {
+      double a = double(s[ch]) / std::sqrt(double(v[ch]) + eps);
+      T mul = T(a), add = T(double(b[ch]) - double(m[ch]) * a);
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xc = x + (n * C + ch) * sp;
+        T* yc = y + (n * C + ch) * sp;
+        for (int64_t i = 0; i < sp; ++i) yc[i] = xc[i] * mul + add;
+      }
     }
-    double a = double(s[ch]) / std::sqrt(var + eps);
-    T mul = T(a), add = T(double(b[ch]) - mean * a);
+    return {Y};
+  }
+  // Training mode, all in double: the running statistics are Float64 here, so float_kernel leaves
+  // them alone and the caller rounds them once, to input_mean's type. Y is (x - mean) * a + B, not
+  // x * a + (B - mean * a): a batch's mean can be large against its spread.
+  double momentum = c.node.attrs.get_float("momentum", 0.9f);
+  Tensor running_mean(DType::Float64, {C}), running_var(DType::Float64, {C});
+  const int64_t count = N * sp;
+  for (int64_t ch = 0; ch < C; ++ch) {
+    // Per-channel statistics over N x spatial, in two passes like mean_var; an empty batch has
+    // no statistics (NaN, as numpy's and onnx.reference's mean of nothing).
+    double sum = 0, sq = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < sp; ++i) sum += double(x[(n * C + ch) * sp + i]);
+    const double mean = count ? sum / double(count) : std::numeric_limits<double>::quiet_NaN();
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < sp; ++i) {
+        double d = double(x[(n * C + ch) * sp + i]) - mean;
+        sq += d * d;
+      }
+    const double var = count ? sq / double(count) : std::numeric_limits<double>::quiet_NaN();
+    running_mean.data<double>()[ch] = double(m[ch]) * momentum + mean * (1 - momentum);
+    running_var.data<double>()[ch] = double(v[ch]) * momentum + var * (1 - momentum);
+    const double a = double(s[ch]) / std::sqrt(var + eps);
     for (int64_t n = 0; n < N; ++n) {
       const T* xc = x + (n * C + ch) * sp;
       T* yc = y + (n * C + ch) * sp;
-      for (int64_t i = 0; i < sp; ++i) yc[i] = xc[i] * mul + add;
+      for (int64_t i = 0; i < sp; ++i) yc[i] = T((double(xc[i]) - mean) * a + double(b[ch]));
     }
   }
-  if (!training) return {Y};
   return {Y, running_mean, running_var};
 }
 
@@ -114,6 +125,11 @@ InferResult infer_batchnorm(const InferContext& c) {
     if (x.has_shape && p.has_shape && p.rank() == 1 && p.dims[0].known() && x.dims[1].known() && p.dims[0].value != x.dims[1].value)
       c.error("BatchNormalization: input has " + x.dims[1].str() + " channels but parameter " + std::to_string(i) + " is " + p.str());
   }
+  // From opset 14 the outputs are Y and, in training mode, the two running statistics; the saved
+  // mean and variance outputs of opsets 9 to 13 are gone.
+  if (c.opset >= 14 && c.node.outputs.size() > 3)
+    fail(ErrorKind::Model, "BatchNormalization has at most 3 outputs from opset 14 (Y, running_mean, running_var), not " +
+                               std::to_string(c.node.outputs.size()), {"", 0, 0, c.node.label(), c.node.op_type, int(c.opset)});
   InferResult r;
   r.outputs.push_back(x);
   // Running statistics (training mode) have input_mean's type and one value per channel.
@@ -444,7 +460,10 @@ void register_nn_norm_ops(OpRegistry& r) {
     };
     s.infer = infer_batchnorm;
     s.kernel = batchnorm_kernel;
-    s.flops = per_element(2);  // one multiply-add per element in inference
+    // One multiply-add per element in inference; training first sums and squares deviations.
+    s.flops = [](const Node& n, const std::vector<TensorType>& ins, const std::vector<TensorType>&) {
+      return (n.attrs.get_int("training_mode", 0) != 0 ? 6.0 : 2.0) * numel_or0(ins[0]);
+    };
     r.add(std::move(s));
   }
   {

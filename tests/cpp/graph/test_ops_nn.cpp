@@ -399,33 +399,69 @@ TEST_CASE("BatchNormalization inference and training mode", "[ops][nn]") {
   auto y = run("BatchNormalization", {x, s, b, m, v}, attrs({{"epsilon", A::f(0.f)}}), 15)[0];
   // ch0: (x-1)/2 ; ch1: 2*(x-3)+1
   require_values(y, {1, 2, 1, 2}, {0, 0.5f, 1, 3});
-  // Training mode: the batch's statistics (ch0 {1, 2}: mean 1.5, biased var 0.25; ch1 {3, 4}: 3.5,
-  // 0.25) normalise, and the running ones move halfway to them at momentum 0.5.
-  Attributes train = attrs({{"training_mode", A::i(1)}, {"epsilon", A::f(0.f)}, {"momentum", A::f(0.5f)}});
-  auto t = run("BatchNormalization", {x, s, b, m, v}, train, 15, 3);
-  require_values(t[0], {1, 2, 1, 2}, {-1, 1, -1, 3});
-  require_values(t[1], {2}, {1.25f, 3.25f});      // 1 * 0.5 + 1.5 * 0.5, 3 * 0.5 + 3.5 * 0.5
-  require_values(t[2], {2}, {2.125f, 0.625f});    // 4 * 0.5 + 0.25 * 0.5, 1 * 0.5 + 0.25 * 0.5
+  // Training mode normalises with the batch's statistics over N and the spatial axes: x [2, 2, 1, 2]
+  // holds ch0 {1, 2 | 3, 6} (mean 3, biased variance 3.5) and ch1 {3, 4 | 5, 8} (mean 5, 3.5); with
+  // epsilon 0.5 the deviation is 2, so Y = (x - 3) / 2 and 2 (x - 5) / 2 + 1 = x - 4.
+  Tensor xb = f32({2, 2, 1, 2}, {1, 2, 3, 4, 3, 6, 5, 8});
+  Attributes train = attrs({{"training_mode", A::i(1)}, {"epsilon", A::f(0.5f)}, {"momentum", A::f(0.75f)}});
+  auto t = run("BatchNormalization", {xb, s, b, m, v}, train, 15, 3);
+  require_values(t[0], {2, 2, 1, 2}, {-1, -0.5f, -1, 0, 0, 1.5f, 1, 4});
+  // The running statistics keep `momentum` of the inputs: 0.75 * {1, 3} + 0.25 * {3, 5} and
+  // 0.75 * {4, 1} + 0.25 * {3.5, 3.5}.
+  require_values(t[1], {2}, {1.5f, 3.5f});
+  require_values(t[2], {2}, {3.875f, 1.625f});
+  // The default momentum is 0.9: 0.9 * {1, 3} + 0.1 * {3, 5}.
+  auto d = run("BatchNormalization", {xb, s, b, m, v}, attrs({{"training_mode", A::i(1)}}), 15, 3);
+  require_values(d[1], {2}, {1.2f, 3.2f});
   // Y alone in training mode is the same normalisation.
-  require_values(run("BatchNormalization", {x, s, b, m, v}, train, 15, 1)[0], {1, 2, 1, 2}, {-1, 1, -1, 3});
-  // Statistics outputs without training mode, or training before opset 14, have no meaning we run.
-  for (int64_t opset : {15, 9}) {
-    bool unsupported = false;
+  require_values(run("BatchNormalization", {xb, s, b, m, v}, train, 15, 1)[0], {2, 2, 1, 2}, {-1, -0.5f, -1, 0, 0, 1.5f, 1, 4});
+  // Float16 data with float32 statistics (opset 15's T and T2): the statistics stay float32.
+  auto h = run("BatchNormalization", {xb.cast(DType::Float16), s, b, m, v}, train, 15, 3);
+  CHECK(h[0].dtype() == DType::Float16);
+  REQUIRE(h[1].dtype() == DType::Float32);
+  require_values(h[2], {2}, {3.875f, 1.625f});
+  // Refused: statistics outputs without training mode (opset 15, and opset 9's training outputs),
+  // and training_mode before opset 14, where it does not exist.
+  auto unsupported = [&](const Attributes& a, int64_t opset, size_t outputs) {
     try {
-      run("BatchNormalization", {x, s, b, m, v}, {}, opset, 3);
+      run("BatchNormalization", {x, s, b, m, v}, a, opset, outputs);
     } catch (const Error& e) {
-      unsupported = e.kind() == ErrorKind::Unsupported;
+      return e.kind() == ErrorKind::Unsupported;
     }
-    CHECK(unsupported);
-  }
+    return false;
+  };
+  CHECK(unsupported(attrs({}), 15, 3));
+  CHECK(unsupported(attrs({}), 9, 3));
+  CHECK(unsupported(attrs({{"training_mode", A::i(1)}}), 13, 1));
   GraphBuilder gb("bn", 15);
   auto in = gb.input("x", DType::Float32, {1, 2, 1, 2});
   std::vector<std::string> params{in, gb.constant("s", s), gb.constant("b", b), gb.constant("m", m), gb.constant("v", v)};
   auto o = gb.op("BatchNormalization", params);
   auto ot = gb.op_n("BatchNormalization", params, 3, GraphBuilder::attrs({{"training_mode", A::i(1)}}));
+  auto x16 = gb.input("x16", DType::Float16, {1, 2, 1, 2});
+  auto ot16 = gb.op_n("BatchNormalization", {x16, params[1], params[2], params[3], params[4]}, 3,
+                      GraphBuilder::attrs({{"training_mode", A::i(1)}}));
   gb.output(o);
   for (auto& name : ot) gb.output(name);
+  for (auto& name : ot16) gb.output(name);
   Model md = gb.finish();
+  CHECK(md.graph.type(ot16[0]).dtype == DType::Float16);
+  CHECK(md.graph.type(ot16[1]).dtype == DType::Float32);  // input_mean's type
+  // Opset 14 dropped the saved statistics outputs: a fourth output is a malformed model.
+  {
+    GraphBuilder g4("bn4", 15);
+    auto i4 = g4.input("x", DType::Float32, {1, 2, 1, 2});
+    auto o4 = g4.op_n("BatchNormalization", {i4, g4.constant("s", s), g4.constant("b", b), g4.constant("m", m), g4.constant("v", v)}, 4,
+                      GraphBuilder::attrs({{"training_mode", A::i(1)}}));
+    g4.output(o4[0]);
+    bool model_error = false;
+    try {
+      g4.finish();
+    } catch (const Error& e) {
+      model_error = e.kind() == ErrorKind::Model && std::string(e.what()).find("at most 3 outputs") != std::string::npos;
+    }
+    CHECK(model_error);
+  }
   REQUIRE(node_mapping_type(md.graph, md.graph.producer(o).value()) == MappingType::OneToOne);
   // Training mode reduces over the batch before it scales.
   REQUIRE(node_mapping_type(md.graph, md.graph.producer(ot[0]).value()) == MappingType::ManyToMany);

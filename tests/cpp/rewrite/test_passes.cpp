@@ -278,6 +278,22 @@ std::string bn(GraphBuilder& b, const std::string& x, int64_t c) {
   auto p = bn_params(b, c);
   return b.op("BatchNormalization", {x, p[0], p[1], p[2], p[3]}, GraphBuilder::attrs({{"epsilon", A::f(1e-3f)}}));
 }
+// A model's BNs folded both ways: with rules-recognition's bn-into-conv rules and with the
+// fold-batchnorm pass, each on its own copy; `before` is the graph as built.
+struct FoldedBothWays {
+  Graph before;
+  Model by_rule, by_pass;
+  int64_t rules_fired = 0, pass_fired = 0;
+};
+FoldedBothWays fold_bn_both_ways(const Model& m) {
+  FoldedBothWays f{m.graph, m, m};
+  register_rule_passes();
+  PassContext rc = run_pipeline(f.by_rule, "pass rules-recognition only=bn-into-conv,bn-into-conv-bias\n");
+  PassContext pc = run_pipeline(f.by_pass, "pass fold-batchnorm\n");
+  f.rules_fired = rc.rules_fired["bn-into-conv"] + rc.rules_fired["bn-into-conv-bias"];
+  f.pass_fired = pc.rules_fired["fold-batchnorm"];
+  return f;
+}
 }  // namespace
 
 TEST_CASE("fold-batchnorm folds BN into Conv, ConvTranspose, Gemm and MatMul", "[passes]") {
@@ -331,6 +347,22 @@ TEST_CASE("fold-batchnorm leaves a Conv whose output has two uses", "[passes]") 
   REQUIRE(histogram(m.graph)["BatchNormalization"] == 2);
 }
 
+// A BN in training mode normalises with its batch's statistics, which no folded weight can give:
+// both folding routes must leave it, and the graph must compute what it did.
+TEST_CASE("fold-batchnorm and the bn-into-conv rules leave a training-mode BatchNormalization", "[passes]") {
+  GraphBuilder b("bn_train", 17, 7);
+  auto x = b.input("x", DType::Float32, {2, 3, 5, 5});
+  auto y = b.op("Conv", {x, b.weight("w", {4, 3, 3, 3}, 0.3f)}, GraphBuilder::attrs({{"pads", A::is({1, 1, 1, 1})}}));
+  auto p = bn_params(b, 4);
+  b.output(b.op("BatchNormalization", {y, p[0], p[1], p[2], p[3]}, GraphBuilder::attrs({{"training_mode", A::i(1)}})));
+  FoldedBothWays f = fold_bn_both_ways(b.finish());
+  CHECK(f.rules_fired == 0);
+  CHECK(f.pass_fired == 0);
+  CHECK(histogram(f.by_rule.graph)["BatchNormalization"] == 1);
+  CHECK(histogram(f.by_pass.graph)["BatchNormalization"] == 1);
+  require_same_outputs(f.before, f.by_pass.graph, 1e-5, 1e-5);
+}
+
 // The CNN and detector class pipelines run fold-batchnorm where `full` runs rules-recognition
 // (only its bn-into-conv rules fire there): the two must build the same graph, up to the names of
 // the new weights, with the same weight values (bench/pipelines.py checks this on the zoo too).
@@ -344,15 +376,10 @@ TEST_CASE("fold-batchnorm builds the graph rules-recognition's bn-into-conv rule
   y = b.op("Relu", {bn(b, y, 16)});
   y = b.op("Conv", {y, b.weight("w3", {16, 1, 3, 3}, 0.3f)}, GraphBuilder::attrs({{"group", A::i(16)}}));
   b.output(bn(b, y, 16));
-  Model by_rule = b.finish();
-  Model by_pass = by_rule;
-  Graph before = by_rule.graph;
-  register_rule_passes();
-  PassContext rc = run_pipeline(by_rule, "pass rules-recognition only=bn-into-conv,bn-into-conv-bias\n");
-  PassContext pc = run_pipeline(by_pass, "pass fold-batchnorm\n");
-  REQUIRE(rc.rules_fired["bn-into-conv"] + rc.rules_fired["bn-into-conv-bias"] == 3);
-  REQUIRE(pc.rules_fired["fold-batchnorm"] == 3);
-  const Graph &gr = by_rule.graph, &gp = by_pass.graph;
+  FoldedBothWays f = fold_bn_both_ways(b.finish());
+  REQUIRE(f.rules_fired == 3);
+  REQUIRE(f.pass_fired == 3);
+  const Graph &gr = f.by_rule.graph, &gp = f.by_pass.graph;
   std::vector<NodeId> order_r = gr.topo_order(), order_p = gp.topo_order();
   REQUIRE(order_r.size() == order_p.size());
   REQUIRE(gr.initializer_names().size() == gp.initializer_names().size());
@@ -371,7 +398,7 @@ TEST_CASE("fold-batchnorm builds the graph rules-recognition's bn-into-conv rule
       for (size_t e = 0; e < vr.size(); ++e) REQUIRE(std::fabs(vr[e] - vp[e]) <= 1e-6f + 1e-6f * std::fabs(vr[e]));
     }
   }
-  require_same_outputs(before, gp, 1e-5, 1e-5);
+  require_same_outputs(f.before, gp, 1e-5, 1e-5);
 }
 
 // fold-batchnorm writes the scaled weight into the old one's buffer when nothing else can see it
