@@ -1,5 +1,7 @@
 #include "graph/attribute.h"
 
+#include "graph/graph.h"
+
 namespace nnfuse {
 
 const char* attribute_kind_name(Attribute::Kind k) {
@@ -14,6 +16,7 @@ const char* attribute_kind_name(Attribute::Kind k) {
     case Attribute::Kind::Strings: return "strings";
     case Attribute::Kind::Tensors: return "tensors";
     case Attribute::Kind::Graphs: return "graphs";
+    case Attribute::Kind::Type: return "type";
   }
   return "?";
 }
@@ -35,8 +38,16 @@ bool Attribute::operator==(const Attribute& o) const {
         if (!tensors[k].equals(o.tensors[k])) return false;
       return true;
     case Kind::Graphs: return graphs == o.graphs;
+    case Kind::Type: return type && o.type ? *type == *o.type : type == o.type;
   }
   return false;
+}
+
+Attribute Attribute::make_type(const TensorType& v) {
+  Attribute a;
+  a.kind = Kind::Type;
+  a.type = std::make_shared<const TensorType>(v);
+  return a;
 }
 
 const Attribute* Attributes::find(const std::string& name) const {

@@ -11,9 +11,10 @@
 namespace nnfuse {
 
 class Graph;
+struct TensorType;
 
 struct Attribute {
-  enum class Kind { Float, Int, String, Tensor, Graph, Floats, Ints, Strings, Tensors, Graphs };
+  enum class Kind { Float, Int, String, Tensor, Graph, Floats, Ints, Strings, Tensors, Graphs, Type };
   Kind kind = Kind::Int;
   float f = 0;
   int64_t i = 0;
@@ -25,6 +26,7 @@ struct Attribute {
   std::vector<std::string> strings;
   std::vector<nnfuse::Tensor> tensors;
   std::vector<std::shared_ptr<nnfuse::Graph>> graphs;
+  std::shared_ptr<const nnfuse::TensorType> type;  // Kind::Type (ONNX TYPE_PROTO: Optional's `type`)
 
   static Attribute make_float(float v) { Attribute a; a.kind = Kind::Float; a.f = v; return a; }
   static Attribute make_int(int64_t v) { Attribute a; a.kind = Kind::Int; a.i = v; return a; }
@@ -34,6 +36,8 @@ struct Attribute {
   static Attribute make_floats(std::vector<float> v) { Attribute a; a.kind = Kind::Floats; a.floats = std::move(v); return a; }
   static Attribute make_ints(std::vector<int64_t> v) { Attribute a; a.kind = Kind::Ints; a.ints = std::move(v); return a; }
   static Attribute make_strings(std::vector<std::string> v) { Attribute a; a.kind = Kind::Strings; a.strings = std::move(v); return a; }
+
+  static Attribute make_type(const nnfuse::TensorType& v);
 
   bool operator==(const Attribute& o) const;  // by value (tensors by contents, graphs by identity)
 };

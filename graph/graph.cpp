@@ -32,6 +32,12 @@ std::optional<int64_t> TensorType::numel() const {
   return shape_numel(static_shape());
 }
 std::string TensorType::str() const {
+  if (kind == ValueKind::Sequence || kind == ValueKind::Optional) {
+    TensorType elem = *this;
+    elem.kind = kind == ValueKind::Optional ? optional_of : ValueKind::Tensor;
+    elem.optional_of = ValueKind::Tensor;
+    return (kind == ValueKind::Sequence ? "seq(" : "optional(") + elem.str() + ")";
+  }
   std::string r = dtype_name(dtype);
   if (!has_shape) return r + "[?]";
   r += "[";

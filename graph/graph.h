@@ -38,7 +38,14 @@ struct Dim {
   std::string str() const { return known() ? std::to_string(value) : (symbol.empty() ? "?" : symbol); }
 };
 
+// What a value holds: a tensor, a sequence of tensors (ONNX seq(tensor)) or an optional
+// (ONNX optional(tensor) or optional(seq(tensor)); `optional_of` says which). For a sequence
+// and an optional, dtype and dims describe the tensors inside.
+enum class ValueKind : uint8_t { Tensor, Sequence, Optional };
+
 struct TensorType {
+  ValueKind kind = ValueKind::Tensor;
+  ValueKind optional_of = ValueKind::Tensor;  // kind Optional: Tensor or Sequence
   DType dtype = DType::Undefined;
   bool has_shape = false;  // false: rank unknown
   std::vector<Dim> dims;
@@ -52,7 +59,11 @@ struct TensorType {
   Shape static_shape() const;  // throws Shape error if not static
   std::optional<int64_t> numel() const;
   std::string str() const;  // "float32[1,3,N,224]" / "float32[?]"
-  bool operator==(const TensorType& o) const { return dtype == o.dtype && has_shape == o.has_shape && dims == o.dims; }
+  static TensorType sequence_of(DType t) { TensorType tt; tt.kind = ValueKind::Sequence; tt.dtype = t; return tt; }
+  bool is_tensor() const { return kind == ValueKind::Tensor; }
+  bool operator==(const TensorType& o) const {
+    return kind == o.kind && optional_of == o.optional_of && dtype == o.dtype && has_shape == o.has_shape && dims == o.dims;
+  }
 };
 
 struct Use {

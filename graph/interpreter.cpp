@@ -15,6 +15,15 @@ Interpreter::Interpreter(const Graph& g) : g_(g), order_(g.topo_order()) {
 
 static void check_feed(const Graph& g, const std::string& name, const Tensor& t) {
   const TensorType& want = g.type(name);
+  if (!want.is_tensor() || !t.is_tensor()) {
+    // A sequence, an optional (empty, or holding what it is declared to hold) or a tensor.
+    const ValueKind held = want.kind == ValueKind::Optional ? want.optional_of : want.kind;
+    const bool ok = (want.kind == ValueKind::Optional && t.is_none()) ||
+                    (held == ValueKind::Sequence ? t.is_sequence() : t.is_tensor());
+    if (!ok) fail(ErrorKind::Invalid, "input '" + name + "' expects " + want.str() + ", got a " + t.kind_str());
+    if (t.is_none() || want.dtype == DType::Undefined || t.dtype() == want.dtype) return;
+    fail(ErrorKind::Invalid, "input '" + name + "' expects " + want.str() + ", got a " + t.kind_str());
+  }
   if (want.dtype != DType::Undefined && want.dtype != t.dtype())
     fail(ErrorKind::Invalid, "input '" + name + "' expects " + dtype_name(want.dtype) + ", got " + dtype_name(t.dtype()));
   if (!want.has_shape) return;
@@ -130,6 +139,8 @@ TensorMap random_feeds(const Graph& g, uint64_t seed) {
   for (auto& name : g.inputs()) {
     if (g.is_initializer(name)) continue;
     const TensorType& t = g.type(name);
+    if (!t.is_tensor())
+      fail(ErrorKind::Invalid, "input '" + name + "' is " + t.str() + ": random inputs are tensors only; give it with --input " + name + "=FILE.pb");
     if (!t.is_static())
       fail(ErrorKind::Invalid, "input '" + name + "' has shape " + t.str() + ": bind its dims with --shape " + name + "=...");
     Tensor x;

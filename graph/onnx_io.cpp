@@ -78,27 +78,47 @@ struct Importer {
   // `strict`: graph inputs/outputs must be tensors; value_info entries of other kinds are skipped.
   std::optional<TensorType> type(const onnx::ValueInfoProto& vi, bool strict) const {
     if (!vi.has_type()) return TensorType{};
-    const onnx::TypeProto& tp = vi.type();
+    return type_of(vi.type(), vi.name(), strict);
+  }
+  // A TypeProto: a tensor, a sequence of tensors, or an optional tensor or sequence of tensors.
+  std::optional<TensorType> type_of(const onnx::TypeProto& tp, const std::string& name, bool strict) const {
     // An empty TypeProto (PyTorch writes one for an If output inside a branch, Silero VAD v5/v6):
     // no type given; shape inference finds it.
     if (tp.value_case() == onnx::TypeProto::VALUE_NOT_SET) return TensorType{};
-    if (!tp.has_tensor_type()) {
+    auto refuse = [&](const char* what) -> std::optional<TensorType> {
       if (!strict) return std::nullopt;
-      fail(ErrorKind::Unsupported, "value '" + vi.name() + "' is not a tensor (sequence, map, optional and sparse values are not supported)", in_file(label));
+      fail(ErrorKind::Unsupported,
+           "value '" + name + "' is " + what + " (tensors, sequences of tensors and optional tensors or sequences are supported)",
+           in_file(label));
+    };
+    if (tp.has_sequence_type() || tp.has_optional_type()) {
+      const bool seq = tp.has_sequence_type();
+      const onnx::TypeProto& et = seq ? tp.sequence_type().elem_type() : tp.optional_type().elem_type();
+      if (!(seq ? tp.sequence_type().has_elem_type() : tp.optional_type().has_elem_type())) return refuse("a sequence or optional without an element type");
+      if (seq && !et.has_tensor_type()) return refuse("a sequence of non-tensors");
+      if (!seq && !et.has_tensor_type() && !(et.has_sequence_type() && et.sequence_type().elem_type().has_tensor_type()))
+        return refuse("an optional of something other than a tensor or a sequence of tensors");
+      std::optional<TensorType> inner = type_of(et, name, strict);
+      if (!inner) return std::nullopt;
+      TensorType r = *inner;
+      r.optional_of = seq ? ValueKind::Tensor : inner->kind;
+      r.kind = seq ? ValueKind::Sequence : ValueKind::Optional;
+      return r;
     }
+    if (!tp.has_tensor_type()) return refuse(tp.has_map_type() ? "a map" : tp.has_sparse_tensor_type() ? "a sparse tensor" : "not a tensor");
     const auto& tt = tp.tensor_type();
     TensorType r;
     int32_t et = tt.elem_type();
     if (et != 0 && !dtype_supported(et)) {
       if (!strict) return std::nullopt;
-      fail(ErrorKind::Unsupported, "value '" + vi.name() + "' has element type " + onnx_dtype_name(et) + ", which nnfuse does not support", in_file(label));
+      fail(ErrorKind::Unsupported, "value '" + name + "' has element type " + onnx_dtype_name(et) + ", which nnfuse does not support", in_file(label));
     }
     r.dtype = DType(et);
     if (tt.has_shape()) {
       r.has_shape = true;
       for (auto& d : tt.shape().dim()) {
         if (d.has_dim_value()) {
-          if (d.dim_value() < 0) model_error("value '" + vi.name() + "' has a negative dimension " + std::to_string(d.dim_value()));
+          if (d.dim_value() < 0) model_error("value '" + name + "' has a negative dimension " + std::to_string(d.dim_value()));
           r.dims.emplace_back(d.dim_value());
         } else if (d.has_dim_param()) {
           r.dims.push_back(Dim::sym(d.dim_param()));
@@ -151,6 +171,9 @@ struct Importer {
       case AP::GRAPHS:
         a.kind = Attribute::Kind::Graphs;
         for (auto& g : *ap.mutable_graphs()) a.graphs.push_back(std::make_shared<Graph>(graph(g, scope, true)));
+        break;
+      case AP::TYPE_PROTO:
+        a = Attribute::make_type(*type_of(ap.tp(), what, true));
         break;
       default:
         fail(ErrorKind::Unsupported, "attribute '" + ap.name() + "' has kind " + AP::AttributeType_Name(kind) + ", which nnfuse does not support", ctx);
@@ -553,6 +576,14 @@ struct Exporter {
   }
 
   static void type(const TensorType& t, onnx::TypeProto& tp) {
+    if (!t.is_tensor()) {
+      TensorType inner = t;
+      inner.kind = t.kind == ValueKind::Optional ? t.optional_of : ValueKind::Tensor;
+      inner.optional_of = ValueKind::Tensor;
+      type(inner, *(t.kind == ValueKind::Sequence ? tp.mutable_sequence_type()->mutable_elem_type()
+                                                   : tp.mutable_optional_type()->mutable_elem_type()));
+      return;
+    }
     auto* tt = tp.mutable_tensor_type();
     tt->set_elem_type(int32_t(t.dtype));
     if (t.has_shape) {
@@ -592,6 +623,10 @@ struct Exporter {
       case Attribute::Kind::Tensors:
         ap.set_type(AP::TENSORS);
         for (auto& t : a.tensors) tensor(t, "", *ap.add_tensors(), false);
+        break;
+      case Attribute::Kind::Type:
+        ap.set_type(AP::TYPE_PROTO);
+        if (a.type) type(*a.type, *ap.mutable_tp());
         break;
       case Attribute::Kind::Graphs:
         ap.set_type(AP::GRAPHS);

@@ -44,5 +44,10 @@ Tensor load_tensor_pb(const std::string& path, std::string* name = nullptr);
 Tensor load_tensor_pb_bytes(const std::string& bytes, const std::string& label, const std::string& base_dir,
                             std::string* name = nullptr);
 void save_tensor_pb(const Tensor& t, const std::string& name, const std::string& path);
+// A value of any kind nnfuse holds as a .pb file: an onnx.TensorProto, an onnx.SequenceProto of
+// tensors, or an onnx.OptionalProto (a tensor or a sequence, or empty). `want` is the value's
+// declared type (its kind picks the message); a tensor type reads a TensorProto.
+Tensor load_value_pb(const std::string& path, const TensorType& want);
+void save_value_pb(const Tensor& t, const TensorType& declared, const std::string& name, const std::string& path);
 
 }  // namespace nnfuse

@@ -1,6 +1,8 @@
 // onnx.TensorProto <-> Tensor (graph/onnx_tensor.h) and the .pb tensor files of graph/onnx_io.h.
 #include "graph/onnx_tensor.h"
 
+#include <onnx/onnx-data_pb.h>
+
 #include <climits>
 #include <cstring>
 #include <filesystem>
@@ -288,6 +290,84 @@ void save_tensor_pb(const Tensor& t, const std::string& name, const std::string&
   onnx::TensorProto tp;
   onnx_tensor::to_proto(t, name, tp, nullptr);
   onnx_tensor::write_message(tp, path, "tensor file");
+}
+
+namespace {
+
+Tensor from_sequence_proto(const onnx::SequenceProto& sp, const std::string& label, const std::string& base_dir, DType want) {
+  // Protobuf parses another message's bytes without complaint (a TensorProto reads as a
+  // SequenceProto with a strange name and no elements): fields it does not know, or of the wrong
+  // kind, mean the file is not a sequence.
+  if (!sp.unknown_fields().empty() || sp.sparse_tensor_values_size() || sp.sequence_values_size() || sp.map_values_size() ||
+      sp.optional_values_size())
+    fail(ErrorKind::Invalid, "not an onnx.SequenceProto of tensors (a tensor file, or a sequence of sequences, maps or optionals)", in_file(label));
+  if (sp.elem_type() != onnx::SequenceProto::TENSOR && sp.elem_type() != onnx::SequenceProto::UNDEFINED)
+    fail(ErrorKind::Unsupported, "a sequence of non-tensors (elem_type " + std::to_string(sp.elem_type()) + ")", in_file(label));
+  std::vector<Tensor> el;
+  for (int i = 0; i < sp.tensor_values_size(); ++i)
+    el.push_back(onnx_tensor::from_proto(sp.tensor_values(i), "sequence element " + std::to_string(i) + " in '" + label + "'", {label, base_dir}));
+  DType dt = el.empty() ? want : el[0].dtype();
+  if (dt == DType::Undefined) dt = DType::Float32;
+  try {
+    return Tensor::sequence(dt, std::move(el));
+  } catch (const Error& e) {
+    fail(ErrorKind::Invalid, e.detail(), in_file(label));
+  }
+}
+
+void to_sequence_proto(const Tensor& t, const std::string& name, onnx::SequenceProto& sp) {
+  sp.set_name(name);
+  sp.set_elem_type(onnx::SequenceProto::TENSOR);
+  for (auto& e : t.elements()) onnx_tensor::to_proto(e, "", *sp.add_tensor_values(), nullptr);
+}
+
+}  // namespace
+
+Tensor load_value_pb(const std::string& path, const TensorType& want) {
+  if (want.is_tensor()) return load_tensor_pb(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::Io, "cannot open value file '" + path + "'", in_file(path));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string base = fs::path(path).parent_path().string();
+  if (want.kind == ValueKind::Sequence) {
+    onnx::SequenceProto sp;
+    if (bytes.size() > size_t(INT_MAX) || !sp.ParseFromString(bytes))
+      fail(ErrorKind::Invalid, "not a serialized onnx.SequenceProto (the input is " + want.str() + ")", in_file(path));
+    return from_sequence_proto(sp, path, base, want.dtype);
+  }
+  onnx::OptionalProto op;
+  if (bytes.size() > size_t(INT_MAX) || !op.ParseFromString(bytes))
+    fail(ErrorKind::Invalid, "not a serialized onnx.OptionalProto (the input is " + want.str() + ")", in_file(path));
+  if (!op.unknown_fields().empty())
+    fail(ErrorKind::Invalid, "not a serialized onnx.OptionalProto (the input is " + want.str() + ")", in_file(path));
+  if (op.has_tensor_value()) return onnx_tensor::from_proto(op.tensor_value(), "in '" + path + "'", {path, base});
+  if (op.has_sequence_value()) return from_sequence_proto(op.sequence_value(), path, base, want.dtype);
+  if (op.has_sparse_tensor_value() || op.has_map_value() || op.has_optional_value())
+    fail(ErrorKind::Unsupported, "an optional holding a sparse tensor, map or optional", in_file(path));
+  return Tensor::none();
+}
+
+void save_value_pb(const Tensor& t, const TensorType& declared, const std::string& name, const std::string& path) {
+  if (declared.kind == ValueKind::Optional || t.is_none()) {
+    onnx::OptionalProto op;
+    op.set_name(name);
+    if (t.is_sequence()) {
+      op.set_elem_type(onnx::OptionalProto::SEQUENCE);
+      to_sequence_proto(t, "", *op.mutable_sequence_value());
+    } else if (t.is_tensor()) {
+      op.set_elem_type(onnx::OptionalProto::TENSOR);
+      onnx_tensor::to_proto(t, "", *op.mutable_tensor_value(), nullptr);
+    } else {
+      op.set_elem_type(declared.optional_of == ValueKind::Sequence ? onnx::OptionalProto::SEQUENCE : onnx::OptionalProto::TENSOR);
+    }
+    onnx_tensor::write_message(op, path, "value file");
+  } else if (t.is_sequence()) {
+    onnx::SequenceProto sp;
+    to_sequence_proto(t, name, sp);
+    onnx_tensor::write_message(sp, path, "value file");
+  } else {
+    save_tensor_pb(t, name, path);
+  }
 }
 
 }  // namespace nnfuse

@@ -182,6 +182,11 @@ std::vector<Tensor> run_node(const Node& n, int64_t opset, const std::vector<con
   if (int(inputs.size()) < s.min_inputs || (s.max_inputs >= 0 && int(inputs.size()) > s.max_inputs))
     fail(ErrorKind::Model, "has " + std::to_string(inputs.size()) + " inputs; " + n.op_type + " takes " +
                                std::to_string(s.min_inputs) + (s.max_inputs < 0 ? " or more" : " to " + std::to_string(s.max_inputs)), ctx);
+  if (!s.takes_any_value)
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (inputs[i] && !inputs[i]->is_tensor())
+        fail(ErrorKind::Model, "input " + std::to_string(i) + " '" + (i < n.inputs.size() ? n.inputs[i] : "") + "' is a " +
+                                   inputs[i]->kind_str() + "; " + n.op_type + " takes tensors", ctx);
   KernelContext kc{n, opset, inputs, run_subgraph};
   std::vector<Tensor> out;
   try {

@@ -74,6 +74,10 @@ struct OpSchema {
   KernelFn kernel;
   FlopFn flops;                // default: one FLOP per output element
   bool commutative = false;    // binary ops whose two inputs may be swapped
+  // Inputs and outputs may be sequences and optionals (the sequence and optional ops, Identity,
+  // If and Loop); every other op takes tensors only, which inference and run_node check, so
+  // its kernel never sees anything else.
+  bool takes_any_value = false;
   std::string family;          // "elementwise", "nn", "tensor", "control" (for docs)
 };
 

@@ -12,6 +12,7 @@
 namespace nnfuse {
 
 void register_recurrent_ops(OpRegistry& r);  // ops_control_rnn.cpp
+void register_sequence_ops(OpRegistry& r);   // ops_sequence.cpp
 
 namespace {
 
@@ -23,6 +24,20 @@ const Graph& body_attr(const Node& n, const char* name, const std::function<void
 
 // Two types a value may have (If branches, Loop iterations): equal facts kept, the rest unknown.
 TensorType merge_types(const TensorType& a, const TensorType& b) {
+  auto untyped = [](const TensorType& t) { return t.is_tensor() && t.dtype == DType::Undefined && !t.has_shape; };
+  if (a.kind != b.kind) {
+    // A side with no type at all (a branch that did not infer) gives way; an optional and the
+    // value it may hold (Optional(x) in one branch, x in the other) merge to the optional.
+    if (untyped(a)) return b;
+    if (untyped(b)) return a;
+    return a.kind == ValueKind::Optional ? a : b;
+  }
+  if (!a.is_tensor()) {
+    TensorType r = a;
+    if (r.dtype == DType::Undefined) r.dtype = b.dtype;
+    if (!(a.has_shape == b.has_shape && a.dims == b.dims)) r.has_shape = false, r.dims.clear();
+    return r;
+  }
   TensorType r;
   r.dtype = a.dtype == b.dtype ? a.dtype : (a.dtype == DType::Undefined ? b.dtype : a.dtype);
   if (!a.has_shape || !b.has_shape || a.dims.size() != b.dims.size()) return TensorType::unknown_shape(r.dtype);
@@ -34,6 +49,9 @@ TensorType merge_types(const TensorType& a, const TensorType& b) {
 // A loop-carried value: typed as its initial value, keeping only the dims that the body's output
 // (when its shape is known) agrees on.
 TensorType carried_type(const TensorType& initial, const TensorType& from_body) {
+  // An optional carried in and a value carried out (Loop with an empty optional at the start): the
+  // outputs are what the body gives.
+  if (from_body.kind != initial.kind && from_body.dtype != DType::Undefined) return from_body;
   if (!from_body.has_shape) {
     TensorType t = initial;
     if (t.dtype == DType::Undefined) t.dtype = from_body.dtype;
@@ -48,6 +66,7 @@ TensorType body_output_type(const Graph& body, size_t k) {
 }
 
 bool truthy(const Tensor& t, const KernelContext& c, const char* what) {
+  if (!t.is_tensor()) c.error(std::string(what) + " must be a tensor, got a " + t.kind_str());
   if (t.numel() != 1) c.error(std::string(what) + " must hold one element, got shape " + shape_str(t.shape()));
   return t.as_double(0) != 0;
 }
@@ -108,6 +127,7 @@ Tensor stack(const std::vector<Tensor>& parts, const KernelContext& c, size_t wh
   char* dst = static_cast<char*>(out.raw());
   const size_t n = first.nbytes();
   for (size_t i = 0; i < parts.size(); ++i) {
+    if (!parts[i].is_tensor()) c.error("scan output " + std::to_string(which) + " is a " + parts[i].kind_str() + " at iteration " + std::to_string(i) + "; scan outputs are tensors");
     if (parts[i].shape() != first.shape() || parts[i].dtype() != first.dtype())
       c.error("scan output " + std::to_string(which) + " changes from " + dtype_name(first.dtype()) + shape_str(first.shape()) +
               " to " + dtype_name(parts[i].dtype()) + shape_str(parts[i].shape()) + " at iteration " + std::to_string(i));
@@ -180,6 +200,7 @@ std::vector<Tensor> run_loop(const KernelContext& c) {
   const size_t n_scan = n_out - n_carried;
   int64_t max_trips = std::numeric_limits<int64_t>::max();
   if (c.has_input(0)) {
+    if (!c.input(0).is_tensor()) c.error("M must be a tensor, got a " + c.input(0).kind_str());
     if (c.input(0).numel() != 1) c.error("M must be a scalar, got shape " + shape_str(c.input(0).shape()));
     max_trips = c.input(0).as_int(0);
   }
@@ -515,8 +536,10 @@ OpSchema control_schema(const char* name, int since, int min_in, int max_in, int
 
 void register_control_ops(OpRegistry& r) {
   register_recurrent_ops(r);
+  register_sequence_ops(r);
 
   OpSchema if_op = control_schema("If", 1, 1, 1, 1);
+  if_op.takes_any_value = true;  // a branch may give a sequence or an optional
   if_op.infer = infer_if;
   if_op.kernel = run_if;
   // A branch runs, not both: count the dearer one.
@@ -529,6 +552,7 @@ void register_control_ops(OpRegistry& r) {
   r.add(std::move(if_op));
 
   OpSchema loop = control_schema("Loop", 1, 2, -1, 0);
+  loop.takes_any_value = true;  // carried values may be sequences or optionals
   loop.infer = infer_loop;
   loop.kernel = run_loop;
   // The trip count is data, unknown here: one iteration's worth.

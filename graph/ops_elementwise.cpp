@@ -368,6 +368,7 @@ void register_misc_ops(OpRegistry& r) {
     s.name = "Identity";
     s.since = 7;
     s.infer = infer_identity;
+    s.takes_any_value = true;  // opset 14: sequences, 16: optionals
     s.kernel = [](const KernelContext& c) { return std::vector<Tensor>{c.input(0)}; };
     s.flops = no_flops;
     s.family = "elementwise";

@@ -29,6 +29,14 @@ std::optional<std::vector<Dim>> dims_from_tensor(const Tensor& t) {
 // Merges an inferred type into a declared one: inferred facts win, declared facts fill gaps.
 TensorType merge(const TensorType& declared, const TensorType& inferred, const Node& n, const std::string& name,
                  bool strict) {
+  if (!inferred.is_tensor() || !declared.is_tensor()) {
+    // A sequence or optional: take what inference found, or the declaration where it found nothing.
+    if (inferred.is_tensor() && inferred.dtype == DType::Undefined && !inferred.has_shape) return declared;
+    if (declared.kind != inferred.kind && declared.dtype != DType::Undefined) return declared;  // the file's word on what it holds
+    TensorType r = inferred;
+    if (r.dtype == DType::Undefined && declared.kind == r.kind) r.dtype = declared.dtype;
+    return r;
+  }
   TensorType r = inferred;
   if (r.dtype == DType::Undefined) r.dtype = declared.dtype;
   if (!r.has_shape && declared.has_shape) return TensorType(r.dtype, declared.dims);
@@ -67,7 +75,12 @@ static void type_open_body_inputs(const Graph& g, const Node& n, int64_t opset, 
     if (open(0)) body.set_type(ins[0], TensorType(DType::Int64, std::vector<Dim>{}));
     if (open(1)) body.set_type(ins[1], TensorType(DType::Bool, std::vector<Dim>{}));
     for (size_t k = 2; k < ins.size(); ++k)
-      if (auto t = operand(k); open(k) && t && t->dtype != DType::Undefined) body.set_type(ins[k], TensorType::unknown_shape(t->dtype));
+      if (auto t = operand(k); open(k) && t && t->dtype != DType::Undefined) {
+        TensorType u = *t;  // a carried sequence stays one
+        u.has_shape = false;
+        u.dims.clear();
+        body.set_type(ins[k], u);
+      }
   } else if (n.op_type == "Scan" && n.domain.empty() && opset >= 9) {
     const int64_t m = n.attrs.get_int("num_scan_inputs", 0);
     if (m < 1 || size_t(m) > n.inputs.size() || ins.size() != n.inputs.size()) return;  // the Scan's inference says why
@@ -163,6 +176,11 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
       else if (v) ctx.dim_values.push_back(dims_from_tensor(*v));
       else ctx.dim_values.emplace_back();
     }
+    if (!s.takes_any_value)
+      for (size_t k = 0; k < ctx.inputs.size(); ++k)
+        if (!ctx.inputs[k].is_tensor())
+          fail(ErrorKind::Model, "input " + std::to_string(k) + " '" + n.inputs[k] + "' is " + ctx.inputs[k].str() + "; " + n.op_type + " takes tensors",
+               {"", 0, 0, n.label(), n.op_type, int(opset)});
     InferResult res;
     try {
       res = s.infer(ctx);
@@ -203,6 +221,9 @@ void infer_shapes(Graph& g, const InferOptions& opt) {
         n.op_type != "Constant") {
       try {
         auto outs = run_node(n, opset, ctx.values);
+        bool tensors = true;
+        for (auto& t : outs) tensors &= t.is_tensor();
+        if (!tensors) continue;  // a sequence or optional has no constant form
         for (size_t k = 0; k < n.outputs.size() && k < outs.size(); ++k) {
           if (n.outputs[k].empty()) continue;
           g.set_type(n.outputs[k], merge(g.type(n.outputs[k]), TensorType::of(outs[k].dtype(), outs[k].shape()), n, n.outputs[k], opt.strict));
@@ -252,7 +273,12 @@ void bind_input_shapes(Graph& g, const std::map<std::string, Shape>& shapes) {
   }
   // Everything below the inputs is re-derived from the bound shapes.
   for (auto& vname : g.value_names())
-    if (g.producer(vname) && !g.is_output(vname)) g.set_type(vname, TensorType::unknown_shape(g.type(vname).dtype));
+    if (g.producer(vname) && !g.is_output(vname)) {
+      TensorType u = g.type(vname);
+      u.has_shape = false;
+      u.dims.clear();
+      g.set_type(vname, u);
+    }
   infer_shapes(g);
 }
 

@@ -138,6 +138,37 @@ Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> 
   return t;
 }
 
+Tensor Tensor::sequence(DType elem_dtype, std::vector<Tensor> elements) {
+  for (size_t i = 0; i < elements.size(); ++i) {
+    if (!elements[i].is_tensor())
+      fail(ErrorKind::Invalid, "sequence element " + std::to_string(i) + " is a " + elements[i].kind_str() + ", not a tensor");
+    if (elements[i].dtype() != elem_dtype)
+      fail(ErrorKind::Invalid, "sequence of " + std::string(dtype_name(elem_dtype)) + ": element " + std::to_string(i) + " is " +
+                                   dtype_name(elements[i].dtype()));
+  }
+  Tensor t;
+  t.dtype_ = elem_dtype;
+  t.seq_ = std::make_shared<const std::vector<Tensor>>(std::move(elements));
+  return t;
+}
+
+Tensor Tensor::none() {
+  Tensor t;
+  t.none_ = true;
+  return t;
+}
+
+const std::vector<Tensor>& Tensor::elements() const {
+  if (!seq_) fail(ErrorKind::Invalid, "value is a " + kind_str() + ", not a sequence");
+  return *seq_;
+}
+
+std::string Tensor::kind_str() const {
+  if (none_) return "empty optional";
+  if (seq_) return "sequence of " + std::to_string(seq_->size()) + " " + dtype_name(dtype_);
+  return std::string("tensor ") + dtype_name(dtype_) + shape_str(shape_);
+}
+
 void Tensor::check(DType want) const {
   if (want != dtype_)
     fail(ErrorKind::Invalid, std::string("tensor holds ") + dtype_name(dtype_) + ", accessed as " + dtype_name(want));
@@ -288,6 +319,13 @@ Tensor Tensor::cast(DType to, const LowPrecisionCast& lp) const {
 }
 
 bool Tensor::equals(const Tensor& o) const {
+  if (none_ || o.none_) return none_ == o.none_;
+  if (seq_ || o.seq_) {
+    if (!seq_ || !o.seq_ || dtype_ != o.dtype_ || seq_->size() != o.seq_->size()) return false;
+    for (size_t i = 0; i < seq_->size(); ++i)
+      if (!(*seq_)[i].equals((*o.seq_)[i])) return false;
+    return true;
+  }
   return dtype_ == o.dtype_ && shape_ == o.shape_ && (nbytes() == 0 || std::memcmp(data_, o.data_, nbytes()) == 0);
 }
 

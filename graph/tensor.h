@@ -54,6 +54,19 @@ class Tensor {
   static Tensor scalar(T value) { return from_vector<T>({}, {value}); }
   // Wraps external memory without copying; `owner` keeps it alive.
   static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
+  // A sequence of tensors (ONNX seq(tensor)): elem_dtype is its element type (every element
+  // has it; an empty sequence still has one). An optional holding a value is that value; an
+  // empty one is none().
+  static Tensor sequence(DType elem_dtype, std::vector<Tensor> elements);
+  static Tensor none();
+
+  // Holds a tensor (not a sequence, not an empty optional). Kernels of tensor ops only ever see
+  // tensors: the interpreter checks before calling them.
+  bool is_tensor() const { return !seq_ && !none_; }
+  bool is_sequence() const { return bool(seq_); }
+  bool is_none() const { return none_; }
+  const std::vector<Tensor>& elements() const;  // a sequence's; Invalid error otherwise
+  std::string kind_str() const;  // "tensor float32[2,3]", "sequence of 3 float32", "empty optional"
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
@@ -102,6 +115,8 @@ class Tensor {
   void* data_ = nullptr;
   bool allocated_here_ = false;  // owner_ is a buffer this class allocated (not wrap())
   uint64_t generation_ = 0;      // in-place rewrites through exclusive_raw()
+  std::shared_ptr<const std::vector<Tensor>> seq_;  // set: a sequence (dtype_ its element type)
+  bool none_ = false;                               // an empty optional
   void check(DType want) const;
   struct NoFill {};
   Tensor(DType dtype, Shape shape, NoFill);

@@ -1652,6 +1652,12 @@ KernelModule lower_module(const Graph& g, const FusionPlan& plan, const LowerOpt
   // A plan whose blocks read a value before a block writes it (e.g. a producer planned after the
   // If/Loop body that reads it) would compile to a kernel reading unwritten memory: refuse it.
   check_plan(g, plan);
+  // Buffers, stages and the runtime hold tensors; sequences and optionals (graph/ops_sequence.cpp)
+  // run in the reference interpreter only.
+  for (const std::string& v : g.value_names())
+    if (!g.type(v).is_tensor())
+      fail(ErrorKind::Unsupported, "value '" + v + "' is " + g.type(v).str() +
+                                       ": sequence and optional values are not supported on the compiled targets (they run on --target reference)");
   Lowerer l(g, plan, opt);
   l.run();
   return std::move(l.mod);

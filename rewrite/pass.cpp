@@ -309,6 +309,9 @@ uint64_t structural_hash(const Graph& g) {
         case Attribute::Kind::Strings: for (auto& s : a.strings) H.str(s); break;
         case Attribute::Kind::Tensors: for (auto& t : a.tensors) H.tensor(t); break;
         case Attribute::Kind::Graphs: for (auto& gg : a.graphs) H.u64(gg ? structural_hash(*gg) : 0); break;
+        case Attribute::Kind::Type:
+          if (a.type) H.str(a.type->str());
+          break;
       }
     }
   }

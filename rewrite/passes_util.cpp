@@ -167,7 +167,10 @@ std::optional<std::vector<Tensor>> evaluate_constant_node(const Graph& g, NodeId
     ins.push_back(t);
   }
   try {
-    return run_node(n, g.opset(n.domain), ins);
+    std::vector<Tensor> outs = run_node(n, g.opset(n.domain), ins);
+    for (auto& t : outs)
+      if (!t.is_tensor()) return std::nullopt;  // a sequence or optional cannot become an initializer
+    return outs;
   } catch (const Error& e) {
     if (ctx) ctx->warnings.push_back("constant evaluation of " + n.op_type + " node '" + n.label() + "' failed: " + e.detail());
     return std::nullopt;

@@ -70,13 +70,19 @@ std::vector<Feed> load_feeds(const ParsedArgs& args, Graph& g) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(file, ec))
       fail(ErrorKind::Io, "input '" + name + "': cannot read '" + file + "': no such file");
+    const TensorType& want = g.type(name);
+    if (!want.is_tensor() && !is_tensor_proto_file(file))
+      fail(ErrorKind::Invalid, "input '" + name + "' is " + want.str() + ": give it as a .pb file (onnx.SequenceProto or onnx.OptionalProto)");
     Tensor t;
     try {
-      t = is_tensor_proto_file(file) ? load_tensor_pb(file) : load_npy(file);
+      t = is_tensor_proto_file(file) ? load_value_pb(file, want) : load_npy(file);
     } catch (const Error& e) {
       fail(e.kind(), "input '" + name + "': " + e.what());
     }
-    const TensorType& want = g.type(name);
+    if (!want.is_tensor()) {  // the interpreter checks the kind and element type
+      feeds.push_back({name, file, t});
+      continue;
+    }
     if (want.dtype != DType::Undefined && want.dtype != t.dtype())
       fail(ErrorKind::Invalid, "input '" + name + "' from '" + file + "' has dtype " + dtype_name(t.dtype()) + ", the model expects " + want.str());
     if (want.has_shape) {
@@ -95,7 +101,7 @@ std::vector<Feed> load_feeds(const ParsedArgs& args, Graph& g) {
                                    "=FILE.npy (or .pb), or no --input at all for random inputs");
   std::map<std::string, Shape> bind;
   for (auto& f : feeds)
-    if (!g.type(f.name).is_static()) bind[f.name] = f.tensor.shape();
+    if (g.type(f.name).is_tensor() && !g.type(f.name).is_static()) bind[f.name] = f.tensor.shape();
   if (!bind.empty()) bind_input_shapes(g, bind);
   return feeds;
 }
@@ -122,6 +128,7 @@ Timing summarize(std::vector<double> ms) {
 
 // min / max / mean of a numeric tensor, for the text report.
 std::string value_summary(const Tensor& t) {
+  if (!t.is_tensor()) return t.kind_str();
   if (t.numel() == 0) return "empty";
   if (t.dtype() == DType::String || t.dtype() == DType::Undefined) return "";
   Tensor d = t.cast(DType::Float64);
@@ -256,7 +263,8 @@ int run_run(const ParsedArgs& args) {
   Timing timing = summarize(times), cpu_timing = summarize(cpu_times);
   for (auto& [name, file] : files) {
     const Tensor& t = result.at(name);
-    if (output_format == "pb" || !npy_holds(t.dtype())) save_tensor_pb(t, name, file += ".pb");
+    if (!t.is_tensor() || !g.type(name).is_tensor()) save_value_pb(t, g.type(name), name, file += ".pb");  // numpy has no sequences
+    else if (output_format == "pb" || !npy_holds(t.dtype())) save_tensor_pb(t, name, file += ".pb");
     else save_npy(t, file += ".npy");
   }
 
@@ -300,12 +308,13 @@ int run_run(const ParsedArgs& args) {
   std::cout << "model: " << path << "  target: " << target << "  pipeline: " << pipeline << "\n";
   std::cout << "inputs:\n";
   for (auto& f : feeds)
-    std::cout << "  " << f.name << "  " << dtype_name(f.tensor.dtype()) << shape_str(f.tensor.shape()) << "  from "
+    std::cout << "  " << f.name << "  " << (f.tensor.is_tensor() ? dtype_name(f.tensor.dtype()) + shape_str(f.tensor.shape()) : f.tensor.kind_str()) << "  from "
               << (f.source == "random" ? "random (seed " + std::to_string(seed) + ")" : f.source) << "\n";
   std::cout << "outputs:\n";
   for (auto& name : g.outputs()) {
     const Tensor& t = result.at(name);
-    std::cout << "  " << name << "  " << dtype_name(t.dtype()) << shape_str(t.shape()) << "  " << value_summary(t);
+    if (t.is_tensor()) std::cout << "  " << name << "  " << dtype_name(t.dtype()) << shape_str(t.shape()) << "  " << value_summary(t);
+    else std::cout << "  " << name << "  " << t.kind_str();
     if (files.count(name)) std::cout << "  -> " << files[name];
     std::cout << "\n";
   }

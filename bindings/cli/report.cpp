@@ -70,6 +70,12 @@ json values_json(const Graph& g, const std::vector<std::string>& names) {
 }
 
 json tensor_info_json(const Tensor& t) {
+  if (t.is_none()) return json{{"kind", "optional"}, {"empty", true}};
+  if (t.is_sequence()) {
+    json el = json::array();
+    for (auto& e : t.elements()) el.push_back(tensor_info_json(e));
+    return json{{"kind", "sequence"}, {"dtype", dtype_name(t.dtype())}, {"elements", el}};
+  }
   return json{{"shape", t.shape()}, {"dtype", dtype_name(t.dtype())}};
 }
 

@@ -141,6 +141,43 @@ py::array to_numpy(const Tensor& t) {
   return py::array(dt, shape, strides, const_cast<void*>(t.data()), base);
 }
 
+// An output value for Python: an array, a list of arrays (a sequence) or None (an empty optional).
+py::object to_python(const Tensor& t) {
+  if (t.is_none()) return py::none();
+  if (t.is_sequence()) {
+    py::list l;
+    for (auto& e : t.elements()) l.append(to_numpy(e));
+    return std::move(l);
+  }
+  return to_numpy(t);
+}
+
+// An input value from Python: None is an empty optional, a list or tuple of arrays a sequence
+// (an empty one of `elem` type), anything else an array.
+Tensor to_value(const std::string& name, const py::handle& obj, DType elem) {
+  if (obj.is_none()) return Tensor::none();
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    std::vector<Tensor> el;
+    size_t i = 0;
+    for (auto item : obj) {
+      py::array arr = py::array::ensure(item);
+      if (!arr) {
+        PyErr_Clear();
+        invalid("input '" + name + "' element " + std::to_string(i) + " is not an array");
+      }
+      el.push_back(to_tensor(name + "[" + std::to_string(i++) + "]", arr));
+    }
+    const DType dt = el.empty() ? (elem == DType::Undefined ? DType::Float32 : elem) : el[0].dtype();
+    return Tensor::sequence(dt, std::move(el));
+  }
+  py::array arr = py::array::ensure(obj);
+  if (!arr) {
+    PyErr_Clear();
+    invalid("input '" + name + "' is not an array (got " + std::string(py::str(py::type::of(obj).attr("__name__"))) + ")");
+  }
+  return to_tensor(name, arr);
+}
+
 std::map<std::string, std::vector<int64_t>> shapes_arg(const py::object& shapes) {
   std::map<std::string, std::vector<int64_t>> r;
   if (!shapes.is_none()) r = shapes.cast<std::map<std::string, std::vector<int64_t>>>();
@@ -209,14 +246,11 @@ PYBIND11_MODULE(_core, m) {
   py::class_<CompiledModel>(m, "CompiledModel", "A model compiled for one target.")
       .def("run", [](const CompiledModel& self, const py::dict& feeds, const std::vector<std::string>& output_names) {
             TensorMap in;
+            std::map<std::string, DType> declared;
+            for (auto& v : self.inputs()) declared[v.name] = v.dtype;
             for (auto item : feeds) {
               std::string name = py::str(item.first);
-              py::array arr = py::array::ensure(item.second);
-              if (!arr) {
-                PyErr_Clear();
-                invalid("input '" + name + "' is not an array (got " + std::string(py::str(py::type::of(item.second).attr("__name__"))) + ")");
-              }
-              in[name] = to_tensor(name, arr);
+              in[name] = to_value(name, item.second, declared.count(name) ? declared[name] : DType::Undefined);
             }
             TensorMap out;
             {
@@ -224,7 +258,7 @@ PYBIND11_MODULE(_core, m) {
               out = self.run(in, output_names);
             }
             py::dict r;
-            for (auto& [name, t] : out) r[py::str(name)] = to_numpy(t);
+            for (auto& [name, t] : out) r[py::str(name)] = to_python(t);
             return r;
           }, py::arg("feeds"), py::arg("output_names") = std::vector<std::string>{})
       .def("inputs", &CompiledModel::inputs)

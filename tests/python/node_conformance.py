@@ -8,7 +8,7 @@ and its outputs compared with the expected ones. Each test ends in one of three 
   passed       every output of every data set matches
   failed       the CLI crashed, reported a non-Unsupported error, or an output differs
   unsupported  the CLI said so (an Unsupported error), or the test uses something outside
-               nnfuse's scope and is not run at all: sequence/optional/map/string types,
+               nnfuse's scope and is not run at all: map, sparse and string types,
                training ops (ai.onnx.preview.training), preview domains, dtypes nnfuse has no
                element type for (float8, int4, complex, ...) and default-domain opsets outside
                7..28.
@@ -95,12 +95,6 @@ SUPPORTED_ELEM_TYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16, *range(17, 2
 ML_DTYPES_FLOAT = {"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
                    "float8_e8m0fnu", "float4_e2m1fn"}
 ML_DTYPES_INT = {"int4", "uint4", "int2", "uint2"}
-
-SEQUENCE_OPTIONAL_OPS = {
-    "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
-    "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional",
-    "OptionalGetElement", "OptionalHasElement",
-}
 
 # Text of nnfuse's Unsupported errors (graph/op_registry.cpp, graph/dtype.h, graph/tensor.cpp)
 # and the kind name the CLI may print in front of the message.
@@ -250,10 +244,12 @@ def _iter_graphs(graph):
 
 
 def _type_problem(tp) -> str | None:
+    # Sequences of tensors and optional tensors or sequences run (graph/ops_sequence.cpp);
+    # what they hold is screened like any tensor.
     if tp.HasField("sequence_type"):
-        return "sequence type"
+        return _type_problem(tp.sequence_type.elem_type) if tp.sequence_type.HasField("elem_type") else None
     if tp.HasField("optional_type"):
-        return "optional type"
+        return _type_problem(tp.optional_type.elem_type) if tp.optional_type.HasField("elem_type") else None
     if tp.HasField("map_type"):
         return "map type"
     if tp.HasField("sparse_tensor_type"):
@@ -292,8 +288,6 @@ def screen(model) -> str | None:
             if p:
                 return f"{p} ('{vi.name}')"
         for n in g.node:
-            if n.op_type in SEQUENCE_OPTIONAL_OPS:
-                return f"sequence/optional op {n.op_type}"
             if n.domain.startswith("ai.onnx.preview"):
                 return f"domain {n.domain}"
         for init in g.initializer:
@@ -376,16 +370,47 @@ def _pb_name(path: str) -> str:
     from onnx import TensorProto
 
     t = TensorProto()
-    t.ParseFromString(Path(path).read_bytes())
+    try:
+        t.ParseFromString(Path(path).read_bytes())
+    except Exception:  # a SequenceProto or OptionalProto (inputs go by position then)
+        return ""
     return t.name
 
 
-def _load_pb(path: str):
-    from onnx import TensorProto, numpy_helper
+def _load_pb(path: str, tp=None):
+    """(name, value) of a .pb file: an array, or for a value typed `tp` (an onnx.TypeProto) as a
+    sequence a list of arrays, as an optional None or what it holds."""
+    from onnx import OptionalProto, SequenceProto, TensorProto, numpy_helper
 
+    data = Path(path).read_bytes()
+    if tp is not None and tp.HasField("sequence_type"):
+        s = SequenceProto()
+        s.ParseFromString(data)
+        return s.name, numpy_helper.to_list(s)
+    if tp is not None and tp.HasField("optional_type"):
+        o = OptionalProto()
+        o.ParseFromString(data)
+        return o.name, numpy_helper.to_optional(o)
     t = TensorProto()
-    t.ParseFromString(Path(path).read_bytes())
+    t.ParseFromString(data)
     return t.name, numpy_helper.to_array(t)
+
+
+def compare_value(name: str, got, want, ops: list[str], test: str = "") -> str | None:
+    """compare() for sequences (lists, element by element) and optionals (None) too."""
+    if want is None or got is None:
+        return None if want is None and got is None else f"output '{name}': got {'an empty optional' if got is None else 'a value'}, expected {'an empty optional' if want is None else 'a value'}"
+    if isinstance(want, list) or isinstance(got, list):
+        if not (isinstance(want, list) and isinstance(got, list)):
+            return f"output '{name}': got a {type(got).__name__}, expected a {type(want).__name__}"
+        if len(got) != len(want):
+            return f"output '{name}': a sequence of {len(got)}, expected {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            m = compare(f"{name}[{i}]", g, w, ops, test)
+            if m:
+                return m
+        return None
+    return compare(name, got, want, ops, test)
 
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
@@ -552,18 +577,20 @@ def run_test(test: NodeTest, cli: str, timeout: float = 120.0, restamp: bool = F
                 res.fallback_reason = reasons[0].get("reason", "") if reasons else ""
             outs = {o.get("name"): o for o in report.get("outputs", [])}
             out_files = sorted(Path(ds).glob("output_*.pb"), key=lambda p: int(p.stem.split("_")[1]))
+            out_types = [o.type for o in model.graph.output]
             for j, pb in enumerate(out_files):
-                pname, want = _load_pb(str(pb))
+                tp = out_types[j] if j < len(out_types) else None
+                pname, want = _load_pb(str(pb), tp)
                 name = graph_outputs[j] if j < len(graph_outputs) else pname
                 if name not in outs:
                     res.reason = f"output '{name}' missing from the JSON outputs {sorted(map(str, outs))}"
                     return res
                 try:
-                    _, got = _load_pb(outs[name]["file"])
+                    _, got = _load_pb(outs[name]["file"], tp)
                 except Exception as e:
                     res.reason = f"output '{name}': cannot read {outs[name].get('file')}: {e}"
                     return res
-                mismatch = compare(name, got, want, ops, test.name)
+                mismatch = compare_value(name, got, want, ops, test.name)
                 if mismatch:
                     res.reason = (f"data set {ds_i}: " if len(test.data_sets) > 1 else "") + mismatch
                     res.seconds = time.monotonic() - start

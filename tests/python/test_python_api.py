@@ -509,3 +509,57 @@ def test_precision_fp16_needs_tensor_cores(zoo_dir):
         with pytest.raises(nnfuse.UnsupportedError) as e:
             model.wait()
         assert "tensor cores" in str(e.value), str(e.value)
+
+
+def _sequence_model():
+    """x [6, 2] -> SplitToSequence (chunks of 4: [4, 2] and [2, 2]) -> SequenceInsert of y at the
+    front -> ConcatFromSequence on axis 0, and the sequence itself as an output; a sequence
+    input `s` whose length is an output too."""
+    from onnx import TensorProto, helper
+
+    seq_f = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    nodes = [
+        helper.make_node("Constant", [], ["chunk"], value=helper.make_tensor("chunk", TensorProto.INT64, [], [4])),
+        helper.make_node("SplitToSequence", ["x", "chunk"], ["parts"], axis=0),
+        helper.make_node("SequenceInsert", ["parts", "y", "zero"], ["seq"]),
+        helper.make_node("ConcatFromSequence", ["seq"], ["cat"], axis=0),
+        helper.make_node("SequenceLength", ["s"], ["n"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "seq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 2]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2]),
+         helper.make_value_info("s", seq_f)],
+        [helper.make_tensor_value_info("cat", TensorProto.FLOAT, None),
+         helper.make_value_info("seq", seq_f),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        initializer=[helper.make_tensor("zero", TensorProto.INT64, [], [0])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_sequence_values_in_and_out_match_onnx_runtime():
+    """Sequence inputs are lists of arrays, sequence outputs come back as lists (reference target);
+    the compiled targets refuse them by name."""
+    model = _sequence_model()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 2)).astype(np.float32)
+    y = rng.standard_normal((1, 2)).astype(np.float32)
+    s = [rng.standard_normal((3,)).astype(np.float32) for _ in range(3)]
+    compiled = nnfuse.compile(nnfuse.load(model), target="reference")
+    got = compiled.run({"x": x, "y": y, "s": s})
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    cat, seq, n = ref.run(None, {"x": x, "y": y, "s": s})
+    np.testing.assert_array_equal(got["cat"], cat)
+    assert isinstance(got["seq"], list) and [a.shape for a in got["seq"]] == [(1, 2), (4, 2), (2, 2)]
+    for g, w in zip(got["seq"], seq):
+        np.testing.assert_array_equal(g, w)
+    assert int(got["n"]) == int(n) == 3
+    # An empty sequence takes the declared element type.
+    assert int(compiled.run({"x": x, "y": y, "s": []})["n"]) == 0
+    with pytest.raises(nnfuse.InvalidArgument, match="element 1 is not an array"):
+        compiled.run({"x": x, "y": y, "s": [s[0], "text"]})
+    with pytest.raises(nnfuse.InvalidArgument, match="expects seq"):
+        compiled.run({"x": x, "y": y, "s": s[0]})
+    if _host_available():
+        with pytest.raises(nnfuse.UnsupportedError, match="sequence and optional values are not supported on the compiled targets"):
+            nnfuse.compile(nnfuse.load(model), target="host")

@@ -8,6 +8,7 @@
 #include "graph/interpreter.h"
 #include "graph/op_registry.h"
 #include "graph/shape_inference.h"
+#include "node_maker.h"
 
 using namespace nnfuse;
 
@@ -15,17 +16,7 @@ namespace {
 
 double sigm(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// A node with the given inputs ("" = absent) and outputs.
-Node make_node(const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs, Attributes attrs = {}) {
-  Node n;
-  n.id = 0;
-  n.name = op + "_test";
-  n.op_type = op;
-  n.inputs = std::move(ins);
-  n.outputs = std::move(outs);
-  n.attrs = std::move(attrs);
-  return n;
-}
+using test::make_node;
 
 std::vector<Tensor> run1(const Node& n, const std::vector<const Tensor*>& ins, int64_t opset = 14) {
   return run_node(n, opset, ins);
