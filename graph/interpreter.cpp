@@ -20,9 +20,9 @@ static void check_feed(const Graph& g, const std::string& name, const Tensor& t)
     const ValueKind held = want.kind == ValueKind::Optional ? want.optional_of : want.kind;
     const bool ok = (want.kind == ValueKind::Optional && t.is_none()) ||
                     (held == ValueKind::Sequence ? t.is_sequence() : t.is_tensor());
-    if (!ok) fail(ErrorKind::Invalid, "input '" + name + "' expects " + want.str() + ", got a " + t.kind_str());
+    if (!ok) fail(ErrorKind::Invalid, "input '" + name + "' expects " + want.str() + ", got " + t.kind_str());
     if (t.is_none() || want.dtype == DType::Undefined || t.dtype() == want.dtype) return;
-    fail(ErrorKind::Invalid, "input '" + name + "' expects " + want.str() + ", got a " + t.kind_str());
+    fail(ErrorKind::Invalid, "input '" + name + "' expects " + want.str() + ", got " + t.kind_str());
   }
   if (want.dtype != DType::Undefined && want.dtype != t.dtype())
     fail(ErrorKind::Invalid, "input '" + name + "' expects " + dtype_name(want.dtype) + ", got " + dtype_name(t.dtype()));

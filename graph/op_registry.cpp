@@ -185,7 +185,7 @@ std::vector<Tensor> run_node(const Node& n, int64_t opset, const std::vector<con
   if (!s.takes_any_value)
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i] && !inputs[i]->is_tensor())
-        fail(ErrorKind::Model, "input " + std::to_string(i) + " '" + (i < n.inputs.size() ? n.inputs[i] : "") + "' is a " +
+        fail(ErrorKind::Model, "input " + std::to_string(i) + " '" + (i < n.inputs.size() ? n.inputs[i] : "") + "' is " +
                                    inputs[i]->kind_str() + "; " + n.op_type + " takes tensors", ctx);
   KernelContext kc{n, opset, inputs, run_subgraph};
   std::vector<Tensor> out;

@@ -66,7 +66,7 @@ TensorType body_output_type(const Graph& body, size_t k) {
 }
 
 bool truthy(const Tensor& t, const KernelContext& c, const char* what) {
-  if (!t.is_tensor()) c.error(std::string(what) + " must be a tensor, got a " + t.kind_str());
+  if (!t.is_tensor()) c.error(std::string(what) + " must be a tensor, got " + t.kind_str());
   if (t.numel() != 1) c.error(std::string(what) + " must hold one element, got shape " + shape_str(t.shape()));
   return t.as_double(0) != 0;
 }
@@ -127,7 +127,7 @@ Tensor stack(const std::vector<Tensor>& parts, const KernelContext& c, size_t wh
   char* dst = static_cast<char*>(out.raw());
   const size_t n = first.nbytes();
   for (size_t i = 0; i < parts.size(); ++i) {
-    if (!parts[i].is_tensor()) c.error("scan output " + std::to_string(which) + " is a " + parts[i].kind_str() + " at iteration " + std::to_string(i) + "; scan outputs are tensors");
+    if (!parts[i].is_tensor()) c.error("scan output " + std::to_string(which) + " is " + parts[i].kind_str() + " at iteration " + std::to_string(i) + "; scan outputs are tensors");
     if (parts[i].shape() != first.shape() || parts[i].dtype() != first.dtype())
       c.error("scan output " + std::to_string(which) + " changes from " + dtype_name(first.dtype()) + shape_str(first.shape()) +
               " to " + dtype_name(parts[i].dtype()) + shape_str(parts[i].shape()) + " at iteration " + std::to_string(i));
@@ -200,7 +200,7 @@ std::vector<Tensor> run_loop(const KernelContext& c) {
   const size_t n_scan = n_out - n_carried;
   int64_t max_trips = std::numeric_limits<int64_t>::max();
   if (c.has_input(0)) {
-    if (!c.input(0).is_tensor()) c.error("M must be a tensor, got a " + c.input(0).kind_str());
+    if (!c.input(0).is_tensor()) c.error("M must be a tensor, got " + c.input(0).kind_str());
     if (c.input(0).numel() != 1) c.error("M must be a scalar, got shape " + shape_str(c.input(0).shape()));
     max_trips = c.input(0).as_int(0);
   }

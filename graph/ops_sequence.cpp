@@ -14,13 +14,13 @@ namespace {
 
 const Tensor& sequence_input(const KernelContext& c, size_t i) {
   const Tensor& t = c.input(i);
-  if (!t.is_sequence()) c.error("input " + std::to_string(i) + " must be a sequence, got a " + t.kind_str());
+  if (!t.is_sequence()) c.error("input " + std::to_string(i) + " must be a sequence, got " + t.kind_str());
   return t;
 }
 
 const Tensor& tensor_input(const KernelContext& c, size_t i) {
   const Tensor& t = c.input(i);
-  if (!t.is_tensor()) c.error("input " + std::to_string(i) + " must be a tensor, got a " + t.kind_str());
+  if (!t.is_tensor()) c.error("input " + std::to_string(i) + " must be a tensor, got " + t.kind_str());
   return t;
 }
 
@@ -170,7 +170,7 @@ std::vector<Tensor> sequence_map(const KernelContext& c) {
     std::vector<Tensor> r = c.run_subgraph(body, ins);
     if (r.size() != n_out) c.error("body gave " + std::to_string(r.size()) + " outputs, the node has " + std::to_string(n_out));
     for (size_t k = 0; k < n_out; ++k) {
-      if (!r[k].is_tensor()) c.error("body output " + std::to_string(k) + " is a " + r[k].kind_str() + ", not a tensor");
+      if (!r[k].is_tensor()) c.error("body output " + std::to_string(k) + " is " + r[k].kind_str() + ", not a tensor");
       outs[k].push_back(std::move(r[k]));
     }
   }

@@ -246,6 +246,7 @@ void bind_input_shapes(Graph& g, const std::map<std::string, Shape>& shapes) {
       fail(ErrorKind::Invalid, "--shape names '" + name + "', which is not a model input (inputs: " + known + ")");
     }
     const TensorType& t = g.type(name);
+    if (!t.is_tensor()) fail(ErrorKind::Invalid, "--shape names '" + name + "', which is " + t.str() + ", not a tensor");
     if (t.has_shape && t.dims.size() != shape.size())
       fail(ErrorKind::Invalid, "--shape " + name + "=" + shape_str(shape) + " has rank " + std::to_string(shape.size()) +
                                    " but the input is " + t.str());

@@ -141,7 +141,7 @@ Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> 
 Tensor Tensor::sequence(DType elem_dtype, std::vector<Tensor> elements) {
   for (size_t i = 0; i < elements.size(); ++i) {
     if (!elements[i].is_tensor())
-      fail(ErrorKind::Invalid, "sequence element " + std::to_string(i) + " is a " + elements[i].kind_str() + ", not a tensor");
+      fail(ErrorKind::Invalid, "sequence element " + std::to_string(i) + " is " + elements[i].kind_str() + ", not a tensor");
     if (elements[i].dtype() != elem_dtype)
       fail(ErrorKind::Invalid, "sequence of " + std::string(dtype_name(elem_dtype)) + ": element " + std::to_string(i) + " is " +
                                    dtype_name(elements[i].dtype()));
@@ -159,14 +159,14 @@ Tensor Tensor::none() {
 }
 
 const std::vector<Tensor>& Tensor::elements() const {
-  if (!seq_) fail(ErrorKind::Invalid, "value is a " + kind_str() + ", not a sequence");
+  if (!seq_) fail(ErrorKind::Invalid, "value is " + kind_str() + ", not a sequence");
   return *seq_;
 }
 
 std::string Tensor::kind_str() const {
-  if (none_) return "empty optional";
-  if (seq_) return "sequence of " + std::to_string(seq_->size()) + " " + dtype_name(dtype_);
-  return std::string("tensor ") + dtype_name(dtype_) + shape_str(shape_);
+  if (none_) return "an empty optional";
+  if (seq_) return "a sequence of " + std::to_string(seq_->size()) + " " + dtype_name(dtype_);
+  return std::string("a tensor ") + dtype_name(dtype_) + shape_str(shape_);
 }
 
 void Tensor::check(DType want) const {

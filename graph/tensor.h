@@ -66,7 +66,7 @@ class Tensor {
   bool is_sequence() const { return bool(seq_); }
   bool is_none() const { return none_; }
   const std::vector<Tensor>& elements() const;  // a sequence's; Invalid error otherwise
-  std::string kind_str() const;  // "tensor float32[2,3]", "sequence of 3 float32", "empty optional"
+  std::string kind_str() const;  // "a tensor float32[2,3]", "a sequence of 3 float32", "an empty optional"
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

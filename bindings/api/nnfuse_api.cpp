@@ -107,11 +107,23 @@ std::vector<std::string> runtime_inputs(const in::Graph& g) {
 }
 
 in::Tensor to_internal(const std::string& name, const Tensor& t) {
+  if (t.is_none()) return in::Tensor::none();
+  if (t.is_sequence()) {
+    std::vector<in::Tensor> el;
+    for (size_t i = 0; i < t.elements().size(); ++i) el.push_back(to_internal(name + "[" + std::to_string(i) + "]", t.elements()[i]));
+    return in::Tensor::sequence(in::DType(int32_t(t.dtype())), std::move(el));
+  }
   if (!t.data() && t.numel() > 0) invalid("input '" + name + "' has no data");
   return in::Tensor::wrap(in::DType(int32_t(t.dtype())), t.shape(), const_cast<void*>(t.data()), t.owner());
 }
 
 Tensor to_public(const in::Tensor& t) {
+  if (t.is_none()) return Tensor::none();
+  if (t.is_sequence()) {
+    std::vector<Tensor> el;
+    for (auto& e : t.elements()) el.push_back(to_public(e));
+    return Tensor::sequence(DType(int32_t(t.dtype())), std::move(el));
+  }
   auto keep = std::make_shared<in::Tensor>(t);
   return Tensor::wrap(DType(int32_t(t.dtype())), t.shape(), keep->raw(), keep);
 }
@@ -181,6 +193,28 @@ int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape_) n *= d;
   return n;
+}
+
+Tensor Tensor::sequence(DType elem_dtype, std::vector<Tensor> elements) {
+  for (size_t i = 0; i < elements.size(); ++i)
+    if (!elements[i].is_tensor() || elements[i].dtype() != elem_dtype)
+      invalid("Tensor::sequence of " + std::string(dtype_name(elem_dtype)) + ": element " + std::to_string(i) + " is " +
+              (elements[i].is_tensor() ? std::string("a ") + dtype_name(elements[i].dtype()) + " tensor" : "not a tensor"));
+  Tensor t;
+  t.dtype_ = elem_dtype;
+  t.elements_ = std::make_shared<const std::vector<Tensor>>(std::move(elements));
+  return t;
+}
+
+Tensor Tensor::none() {
+  Tensor t;
+  t.none_ = true;
+  return t;
+}
+
+const std::vector<Tensor>& Tensor::elements() const {
+  if (!elements_) invalid("Tensor::elements(): the value is not a sequence");
+  return *elements_;
 }
 
 void Tensor::check(DType want) const {
@@ -324,8 +358,9 @@ struct CompiledModel::Impl {
     std::vector<in::Shape> key;
     if (static_inputs) return key;
     for (auto& n : input_names) {
-      key.push_back(feeds.at(n).shape());
-      bind[n] = feeds.at(n).shape();
+      const in::Tensor& t = feeds.at(n);
+      key.push_back(t.is_tensor() ? t.shape() : in::Shape{-1});  // a sequence or optional has no shape to bind
+      if (t.is_tensor()) bind[n] = t.shape();
     }
     return key;
   }
@@ -434,6 +469,10 @@ TensorMap CompiledModel::run(const TensorMap& feeds, const std::vector<std::stri
       auto it = feeds.find(info.name);
       if (it == feeds.end()) invalid("missing input '" + info.name + "' (" + info.type_str + ")");
       const Tensor& t = it->second;
+      if (!t.is_tensor() || info.type_str.find('(') != std::string::npos) {  // a sequence or optional: the interpreter checks it
+        in_feeds[info.name] = to_internal(info.name, t);
+        continue;
+      }
       if (info.dtype != DType::Undefined && t.dtype() != info.dtype)
         invalid("input '" + info.name + "' has dtype " + dtype_name(t.dtype()) + ", the model expects " + info.type_str);
       if (info.has_shape) {

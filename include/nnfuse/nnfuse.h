@@ -119,11 +119,23 @@ class Tensor {
   // The owner of the buffer (what keeps data() alive).
   const std::shared_ptr<void>& owner() const { return owner_; }
 
+  // Sequence and optional values (ONNX seq(tensor), optional(...)): a sequence holds tensors of
+  // one element type (dtype() is that type); an optional holding a value is that value, an empty
+  // one is none(). They run on the "reference" target.
+  static Tensor sequence(DType elem_dtype, std::vector<Tensor> elements);
+  static Tensor none();
+  bool is_tensor() const { return !elements_ && !none_; }
+  bool is_sequence() const { return bool(elements_); }
+  bool is_none() const { return none_; }
+  const std::vector<Tensor>& elements() const;  // a sequence's; throws Invalid otherwise
+
  private:
   DType dtype_ = DType::Undefined;
   std::vector<int64_t> shape_;
   std::shared_ptr<void> owner_;
   void* data_ = nullptr;
+  std::shared_ptr<const std::vector<Tensor>> elements_;
+  bool none_ = false;
   void check(DType want) const;
 };
 

@@ -32,7 +32,7 @@ TEST_CASE("Sequence ops: construct, at, length, insert, erase with negative posi
   auto s = run_node(make_node("SequenceConstruct", {"a", "b"}, {"s"}), 17, {&a, &b});
   REQUIRE(s[0].is_sequence());
   REQUIRE(s[0].elements().size() == 2);
-  REQUIRE(s[0].kind_str() == "sequence of 2 float32");
+  REQUIRE(s[0].kind_str() == "a sequence of 2 float32");
 
   const Tensor q = seq3(), last = i64(-1), first = i64(0), three = i64(3), minus4 = i64(-4);
   REQUIRE(values(run_node(make_node("SequenceAt", {"s", "p"}, {"y"}), 17, {&q, &last})[0]) == std::vector<float>{4});
@@ -127,7 +127,7 @@ TEST_CASE("Tensor ops refuse sequences and optionals by name; optionals hold or 
   REQUIRE_THROWS_WITH(run_node(make_node("Add", {"s", "x"}, {"y"}), 17, {&q, &x}),
                       Catch::Contains("input 0 's' is a sequence of 3 float32; Add takes tensors"));
   const Tensor none = Tensor::none();
-  REQUIRE_THROWS_WITH(run_node(make_node("Relu", {"o"}, {"y"}), 17, {&none}), Catch::Contains("is a empty optional; Relu takes tensors"));
+  REQUIRE_THROWS_WITH(run_node(make_node("Relu", {"o"}, {"y"}), 17, {&none}), Catch::Contains("is an empty optional; Relu takes tensors"));
 
   auto has = [&](const Tensor* t, int64_t opset) {
     return run_node(make_node("OptionalHasElement", {t ? "o" : ""}, {"b"}), opset, {t})[0].as_int(0);
