@@ -16,7 +16,8 @@ TensorType TensorType::of(DType t, const Shape& s) {
   return TensorType(t, std::move(d));
 }
 bool TensorType::is_static() const {
-  if (!has_shape) return false;
+  // A sequence's or optional's dims describe what it holds, not a buffer: never static.
+  if (!has_shape || kind != ValueKind::Tensor) return false;
   for (auto& d : dims)
     if (!d.known()) return false;
   return true;

@@ -55,7 +55,7 @@ struct TensorType {
   static TensorType of(DType t, const Shape& s);
   static TensorType unknown_shape(DType t) { TensorType tt; tt.dtype = t; return tt; }
   int64_t rank() const { return has_shape ? int64_t(dims.size()) : -1; }
-  bool is_static() const;  // rank and every dim known
+  bool is_static() const;  // a tensor, its rank and every dim known
   Shape static_shape() const;  // throws Shape error if not static
   std::optional<int64_t> numel() const;
   std::string str() const;  // "float32[1,3,N,224]" / "float32[?]"

@@ -21,8 +21,11 @@ static void check_feed(const Graph& g, const std::string& name, const Tensor& t)
     const bool ok = (want.kind == ValueKind::Optional && t.is_none()) ||
                     (held == ValueKind::Sequence ? t.is_sequence() : t.is_tensor());
     if (!ok) fail(ErrorKind::Invalid, "input '" + name + "' expects " + want.str() + ", got " + t.kind_str());
-    if (t.is_none() || want.dtype == DType::Undefined || t.dtype() == want.dtype) return;
-    fail(ErrorKind::Invalid, "input '" + name + "' expects " + want.str() + ", got " + t.kind_str());
+    if (!t.is_tensor()) {
+      if (t.is_none() || want.dtype == DType::Undefined || t.dtype() == want.dtype) return;
+      fail(ErrorKind::Invalid, "input '" + name + "' expects " + want.str() + ", got " + t.kind_str());
+    }
+    // A tensor in an optional(tensor): checked as the tensor type below (dtype and dims are its).
   }
   if (want.dtype != DType::Undefined && want.dtype != t.dtype())
     fail(ErrorKind::Invalid, "input '" + name + "' expects " + dtype_name(want.dtype) + ", got " + dtype_name(t.dtype()));

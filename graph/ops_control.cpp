@@ -25,12 +25,15 @@ const Graph& body_attr(const Node& n, const char* name, const std::function<void
 // Two types a value may have (If branches, Loop iterations): equal facts kept, the rest unknown.
 TensorType merge_types(const TensorType& a, const TensorType& b) {
   auto untyped = [](const TensorType& t) { return t.is_tensor() && t.dtype == DType::Undefined && !t.has_shape; };
-  if (a.kind != b.kind) {
+  if (a.kind != b.kind || (a.kind == ValueKind::Optional && a.optional_of != b.optional_of)) {
     // A side with no type at all (a branch that did not infer) gives way; an optional and the
-    // value it may hold (Optional(x) in one branch, x in the other) merge to the optional.
+    // value it may hold (Optional(x) in one branch, x in the other) merge to the optional. Other
+    // mixes have no one type: an empty TensorType, which infer_if reports.
     if (untyped(a)) return b;
     if (untyped(b)) return a;
-    return a.kind == ValueKind::Optional ? a : b;
+    if (a.kind == ValueKind::Optional && a.optional_of == b.kind) return a;
+    if (b.kind == ValueKind::Optional && b.optional_of == a.kind) return b;
+    return TensorType{};
   }
   if (!a.is_tensor()) {
     TensorType r = a;
@@ -100,7 +103,10 @@ InferResult infer_if(const InferContext& c) {
     if (t.dtype != DType::Undefined && e.dtype != DType::Undefined && t.dtype != e.dtype)
       c.error("output " + std::to_string(k) + " is " + dtype_name(t.dtype) + " in then_branch but " + dtype_name(e.dtype) +
               " in else_branch");
-    r.outputs.push_back(merge_types(t, e));
+    TensorType m = merge_types(t, e);
+    if (m.is_tensor() && m.dtype == DType::Undefined && !m.has_shape && (!t.is_tensor() || !e.is_tensor()))
+      c.error("output " + std::to_string(k) + " is " + t.str() + " in then_branch but " + e.str() + " in else_branch");
+    r.outputs.push_back(m);
   }
   return r;
 }
@@ -121,6 +127,7 @@ std::vector<Tensor> run_if(const KernelContext& c) {
 // Stacks per-iteration tensors along a new leading axis.
 Tensor stack(const std::vector<Tensor>& parts, const KernelContext& c, size_t which) {
   const Tensor& first = parts[0];
+  if (!first.is_tensor()) c.error("scan output " + std::to_string(which) + " is " + first.kind_str() + "; scan outputs are tensors");
   Shape s = first.shape();
   s.insert(s.begin(), int64_t(parts.size()));
   Tensor out(first.dtype(), s);

@@ -241,6 +241,9 @@ static InferResult infer_castlike(const InferContext& c) {
 // ---- Identity, Dropout ---------------------------------------------------------------------
 
 static InferResult infer_identity(const InferContext& c) {
+  // Sequences from opset 14, optionals from 16.
+  if ((c.input(0).kind == ValueKind::Sequence && c.opset < 14) || (c.input(0).kind == ValueKind::Optional && c.opset < 16))
+    c.error("takes " + c.input(0).str() + " only from opset " + (c.input(0).kind == ValueKind::Sequence ? "14" : "16"));
   InferResult r = infer_same_as(c, 0);
   r.dim_values.push_back(c.dims_of_value(0));
   return r;

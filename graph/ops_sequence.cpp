@@ -84,6 +84,7 @@ std::vector<Tensor> split_to_sequence(const KernelContext& c) {
       int64_t total = 0;
       for (int64_t v : sp.to_int_vector()) {
         if (v < 0) c.error("split holds a negative size " + std::to_string(v));
+        if (v > dim - total) c.error("split sizes add up to more than the axis " + std::to_string(axis) + " has (" + std::to_string(dim) + ")");
         sizes.push_back(v);
         total += v;
       }
@@ -155,6 +156,9 @@ std::vector<Tensor> sequence_map(const KernelContext& c) {
   if (!a || a->kind != Attribute::Kind::Graph || !a->g) c.error("needs a graph attribute 'body'");
   if (!c.run_subgraph) c.error("needs a subgraph runner (run it through the interpreter)");
   const Graph& body = *a->g;
+  if (body.inputs().size() != c.num_inputs() || body.outputs().size() != c.node.outputs.size())
+    c.error("body takes " + std::to_string(body.inputs().size()) + " inputs and gives " + std::to_string(body.outputs().size()) +
+            " outputs; the node has " + std::to_string(c.num_inputs()) + " and " + std::to_string(c.node.outputs.size()));
   const size_t n = sequence_input(c, 0).elements().size();
   for (size_t j = 1; j < c.num_inputs(); ++j) {
     const Tensor& t = c.input(j);
@@ -329,6 +333,9 @@ void register_sequence_ops(OpRegistry& r) {
       sequence_input_type(c, 0);
       const Attribute* a = c.node.attrs.find("body");
       if (!a || a->kind != Attribute::Kind::Graph || !a->g) c.error("needs a graph attribute 'body'");
+      if (a->g->inputs().size() != c.num_inputs() || a->g->outputs().size() != c.node.outputs.size())
+        c.error("body takes " + std::to_string(a->g->inputs().size()) + " inputs and gives " + std::to_string(a->g->outputs().size()) +
+                " outputs; the node has " + std::to_string(c.num_inputs()) + " and " + std::to_string(c.node.outputs.size()));
       InferResult r;
       for (size_t k = 0; k < c.node.outputs.size(); ++k) {
         DType dt = DType::Undefined;
@@ -365,7 +372,11 @@ void register_sequence_ops(OpRegistry& r) {
   {
     // Opset 18: the input may be absent (false) or a plain tensor or sequence (true).
     OpSchema s = sequence_schema("OptionalHasElement", 15, 0, 1);
-    s.infer = [](const InferContext&) { return infer_one(TensorType(DType::Bool, std::vector<Dim>{})); };
+    s.infer = [](const InferContext& c) {
+      if (c.opset < 18 && (!c.has_input(0) || c.input(0).kind != ValueKind::Optional))
+        c.error("takes an optional input before opset 18 (got " + (c.has_input(0) ? c.input(0).str() : std::string("none")) + ")");
+      return infer_one(TensorType(DType::Bool, std::vector<Dim>{}));
+    };
     s.kernel = [](const KernelContext& c) {
       if (!c.has_input(0) && c.opset < 18) c.error("needs an input before opset 18");
       return std::vector<Tensor>{Tensor::scalar<bool>(c.has_input(0) && !c.input(0).is_none())};
@@ -376,6 +387,8 @@ void register_sequence_ops(OpRegistry& r) {
     OpSchema s = sequence_schema("OptionalGetElement", 15, 1, 1);
     s.infer = [](const InferContext& c) {
       TensorType t = c.input(0);
+      if (c.opset < 18 && t.kind != ValueKind::Optional && !(t.is_tensor() && t.dtype == DType::Undefined))
+        c.error("takes an optional input before opset 18 (got " + t.str() + ")");
       if (t.kind == ValueKind::Optional) t.kind = t.optional_of;
       t.optional_of = ValueKind::Tensor;
       return infer_one(t);

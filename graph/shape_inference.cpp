@@ -30,12 +30,18 @@ std::optional<std::vector<Dim>> dims_from_tensor(const Tensor& t) {
 TensorType merge(const TensorType& declared, const TensorType& inferred, const Node& n, const std::string& name,
                  bool strict) {
   if (!inferred.is_tensor() || !declared.is_tensor()) {
-    // A sequence or optional: take what inference found, or the declaration where it found nothing.
-    if (inferred.is_tensor() && inferred.dtype == DType::Undefined && !inferred.has_shape) return declared;
-    if (declared.kind != inferred.kind && declared.dtype != DType::Undefined) return declared;  // the file's word on what it holds
-    TensorType r = inferred;
-    if (r.dtype == DType::Undefined && declared.kind == r.kind) r.dtype = declared.dtype;
-    return r;
+    // A sequence or optional: what inference found, or the declaration where it found nothing.
+    auto untyped = [](const TensorType& t) { return t.is_tensor() && t.dtype == DType::Undefined && !t.has_shape; };
+    if (untyped(inferred)) return declared;
+    if (untyped(declared) || declared.kind == inferred.kind) {
+      TensorType r = inferred;
+      if (r.dtype == DType::Undefined && declared.kind == r.kind) r.dtype = declared.dtype;
+      return r;
+    }
+    // Declared optional(K), found a K: the value fits the optional.
+    if (declared.kind == ValueKind::Optional && declared.optional_of == inferred.kind) return declared;
+    // Anything else would let a sequence reach code planned for a tensor (or the reverse).
+    fail(ErrorKind::Model, "output '" + name + "' is declared " + declared.str() + " but is " + inferred.str(), {"", 0, 0, n.label(), n.op_type});
   }
   TensorType r = inferred;
   if (r.dtype == DType::Undefined) r.dtype = declared.dtype;

@@ -195,7 +195,7 @@ std::optional<std::vector<Tensor>> CpuModel::run_body(const Graph& body, const T
   for (const std::string& v : g.inputs()) {
     auto it = feeds.find(v);
     // Shapes other than the compiled ones (a carried value that grows): the interpreter runs it.
-    if (it == feeds.end() || it->second.dtype() != g.type(v).dtype || it->second.shape() != g.type(v).static_shape()) return std::nullopt;
+    if (it == feeds.end() || !it->second.is_tensor() || it->second.dtype() != g.type(v).dtype || it->second.shape() != g.type(v).static_shape()) return std::nullopt;
     f.emplace(v, it->second);
   }
   TensorMap outs = m->run(f);

@@ -305,6 +305,8 @@ void CpuModel::run_fallback(const Stage& st, void* const* ptrs, std::map<int, Te
   };
   auto output = [&](int b, const Tensor& t) {
     const KBuffer& B = mod_.buffers[size_t(b)];
+    if (!t.is_tensor())  // lowering refuses sequence values; a mistyped model must not reach a buffer
+      fail(ErrorKind::Runtime, "fallback stage " + st.name + ": '" + B.value + "' came out as " + t.kind_str() + ", planned a tensor");
     if (B.dynamic) {
       dyn[b] = t;
       return;

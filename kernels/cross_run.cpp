@@ -91,6 +91,7 @@ const Tensor& checked_feed(const KernelModule& m, const TensorMap& feeds, const 
   if (it == feeds.end()) fail(ErrorKind::Invalid, "missing input '" + name + "'");
   const KBuffer& b = m.buffers[size_t(buffer)];
   const Tensor& t = it->second;
+  if (!t.is_tensor()) fail(ErrorKind::Invalid, "input '" + name + "' is " + t.kind_str() + "; the model takes a tensor " + dtype_name(b.dtype) + shape_str(b.shape));
   if (t.dtype() != b.dtype || t.shape() != b.shape)
     fail(ErrorKind::Invalid, "input '" + name + "' is " + dtype_name(t.dtype()) + shape_str(t.shape()) + "; the model was compiled for " +
                                  dtype_name(b.dtype) + shape_str(b.shape));

@@ -941,6 +941,7 @@ bool provably_same_shape(const TensorType& a, const TensorType& b) {
 }
 
 bool same_type_strict(const TensorType& a, const TensorType& b) {
+  if (!a.is_tensor() || !b.is_tensor()) return false;  // rules rewrite tensors
   if (a.dtype != b.dtype || !a.has_shape || !b.has_shape || a.dims.size() != b.dims.size()) return false;
   for (size_t i = 0; i < a.dims.size(); ++i) {
     const Dim &x = a.dims[i], &y = b.dims[i];

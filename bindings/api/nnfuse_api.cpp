@@ -90,6 +90,8 @@ ValueInfo value_info(const in::Graph& g, const std::string& name) {
     v.dim_names.push_back(d.known() ? "" : d.symbol);
   }
   v.type_str = t.str();
+  const in::ValueKind held = t.kind == in::ValueKind::Optional ? t.optional_of : t.kind;
+  v.kind = std::string(t.kind == in::ValueKind::Optional ? "optional_" : "") + (held == in::ValueKind::Sequence ? "sequence" : "tensor");
   return v;
 }
 
@@ -469,10 +471,12 @@ TensorMap CompiledModel::run(const TensorMap& feeds, const std::vector<std::stri
       auto it = feeds.find(info.name);
       if (it == feeds.end()) invalid("missing input '" + info.name + "' (" + info.type_str + ")");
       const Tensor& t = it->second;
-      if (!t.is_tensor() || info.type_str.find('(') != std::string::npos) {  // a sequence or optional: the interpreter checks it
+      if (info.kind != "tensor") {  // a sequence or optional: the interpreter checks what it holds
         in_feeds[info.name] = to_internal(info.name, t);
         continue;
       }
+      if (!t.is_tensor())
+        invalid("input '" + info.name + "' is a tensor input (" + info.type_str + "), given " + (t.is_none() ? "an empty optional" : "a sequence"));
       if (info.dtype != DType::Undefined && t.dtype() != info.dtype)
         invalid("input '" + info.name + "' has dtype " + dtype_name(t.dtype()) + ", the model expects " + info.type_str);
       if (info.has_shape) {

@@ -152,11 +152,17 @@ py::object to_python(const Tensor& t) {
   return to_numpy(t);
 }
 
-// An input value from Python: None is an empty optional, a list or tuple of arrays a sequence
-// (an empty one of `elem` type), anything else an array.
-Tensor to_value(const std::string& name, const py::handle& obj, DType elem) {
-  if (obj.is_none()) return Tensor::none();
-  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+// An input value from Python, as the input is declared: for a sequence a list or tuple of arrays
+// (an empty one of the declared element type), for an optional also None (empty); for a tensor
+// anything numpy makes an array of (nested lists too).
+Tensor to_value(const std::string& name, const py::handle& obj, const ValueInfo* info) {
+  const std::string kind = info ? info->kind : "tensor";
+  const DType elem = info ? info->dtype : DType::Undefined;
+  if (obj.is_none() && kind.rfind("optional_", 0) == 0) return Tensor::none();
+  const bool seq = kind == "sequence" || kind == "optional_sequence";
+  if (seq && !(py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)))
+    invalid("input '" + name + "' is " + (info ? info->type_str : kind) + ": give a list of arrays");
+  if (seq) {
     std::vector<Tensor> el;
     size_t i = 0;
     for (auto item : obj) {
@@ -204,6 +210,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("dims", &ValueInfo::dims)
       .def_readonly("dim_names", &ValueInfo::dim_names)
       .def_readonly("type_str", &ValueInfo::type_str)
+      .def_readonly("kind", &ValueInfo::kind)
       .def("__repr__", [](const ValueInfo& v) { return "<ValueInfo " + v.name + ": " + v.type_str + ">"; });
 
   py::class_<Model>(m, "Model", "An ONNX model as nnfuse's graph IR.")
@@ -246,11 +253,13 @@ PYBIND11_MODULE(_core, m) {
   py::class_<CompiledModel>(m, "CompiledModel", "A model compiled for one target.")
       .def("run", [](const CompiledModel& self, const py::dict& feeds, const std::vector<std::string>& output_names) {
             TensorMap in;
-            std::map<std::string, DType> declared;
-            for (auto& v : self.inputs()) declared[v.name] = v.dtype;
+            const std::vector<ValueInfo> declared = self.inputs();
             for (auto item : feeds) {
               std::string name = py::str(item.first);
-              in[name] = to_value(name, item.second, declared.count(name) ? declared[name] : DType::Undefined);
+              const ValueInfo* info = nullptr;
+              for (auto& v : declared)
+                if (v.name == name) info = &v;
+              in[name] = to_value(name, item.second, info);
             }
             TensorMap out;
             {

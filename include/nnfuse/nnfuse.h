@@ -149,7 +149,10 @@ struct ValueInfo {
   bool has_shape = false;
   std::vector<int64_t> dims;
   std::vector<std::string> dim_names;
-  std::string type_str;  // "float32[1,3,224,224]", "float32[N,3,224,224]"
+  std::string type_str;  // "float32[1,3,224,224]", "float32[N,3,224,224]", "seq(float32[?])"
+  // "tensor", "sequence", "optional_tensor" or "optional_sequence" (dtype and dims then describe
+  // the tensors held).
+  std::string kind = "tensor";
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -558,8 +558,11 @@ def test_sequence_values_in_and_out_match_onnx_runtime():
     assert int(compiled.run({"x": x, "y": y, "s": []})["n"]) == 0
     with pytest.raises(nnfuse.InvalidArgument, match=r"input 's\[1\]' has numpy dtype"):
         compiled.run({"x": x, "y": y, "s": [s[0], "text"]})
-    with pytest.raises(nnfuse.InvalidArgument, match="expects seq"):
+    with pytest.raises(nnfuse.InvalidArgument, match=r"input 's' is seq\(float32\[\?\]\): give a list of arrays"):
         compiled.run({"x": x, "y": y, "s": s[0]})
+    # A list for a tensor input is an array, as numpy makes it (not a sequence).
+    with pytest.raises(nnfuse.InvalidArgument, match=r"input 'x' has shape \[1,3\]"):
+        compiled.run({"x": [s[0]], "y": y, "s": s})
     if _host_available():
         with pytest.raises(nnfuse.UnsupportedError, match="sequence and optional values are not supported on the compiled targets"):
             nnfuse.compile(nnfuse.load(model), target="host").run({"x": x, "y": y, "s": s})

@@ -92,9 +92,11 @@ TEST_CASE("SplitToSequence and ConcatFromSequence", "[ops][sequence]") {
   REQUIRE(cols.size() == 2);
   REQUIRE(cols[1].shape() == Shape{5, 1});
   REQUIRE(values(cols[1]) == std::vector<float>{1, 3, 5, 7, 9});
-  const Tensor bad = Tensor::from_vector<int64_t>({2}, {1, 2});
-  REQUIRE_THROWS_WITH(run_node(make_node("SplitToSequence", {"x", "s"}, {"q"}, ax1), 17, {&x, &bad}),
-                      Catch::Contains("split sizes add up to 3, the axis 1 has 2"));
+  const Tensor over = Tensor::from_vector<int64_t>({2}, {1, 2}), under = Tensor::from_vector<int64_t>({2}, {1, 0});
+  REQUIRE_THROWS_WITH(run_node(make_node("SplitToSequence", {"x", "s"}, {"q"}, ax1), 17, {&x, &over}),
+                      Catch::Contains("split sizes add up to more than the axis 1 has (2)"));
+  REQUIRE_THROWS_WITH(run_node(make_node("SplitToSequence", {"x", "s"}, {"q"}, ax1), 17, {&x, &under}),
+                      Catch::Contains("split sizes add up to 1, the axis 1 has 2"));
   // No split: one element per index, squeezed with keepdims=0.
   Attributes nokeep = ax1;
   nokeep.set("keepdims", Attribute::make_int(0));
@@ -234,11 +236,129 @@ TEST_CASE("Sequence and optional types survive export and import; .pb values rou
   save_value_pb(Tensor::none(), opt_seq, "n", (dir / "n.pb").string());
   REQUIRE(load_value_pb((dir / "n.pb").string(), opt_seq).is_none());
   // A sequence file read where a tensor is declared: a clear error naming the file.
-  REQUIRE_THROWS_WITH(load_value_pb((dir / "q.pb").string(), TensorType(DType::Float32, {2})), Catch::Contains("q.pb"));
+  REQUIRE_THROWS_WITH(load_value_pb((dir / "q.pb").string(), TensorType(DType::Float32, {2})), Catch::Contains("is segmented"));
   // A tensor file where a sequence is declared: protobuf would read it as an empty sequence with a
   // strange name; its unknown fields give it away.
   save_tensor_pb(f32({2}, {1, 2}), "t", (dir / "t.pb").string());
   REQUIRE_THROWS_WITH(load_value_pb((dir / "t.pb").string(), TensorType::sequence_of(DType::Float32)),
                       Catch::Contains("not an onnx.SequenceProto of tensors"));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("SequenceMap: per-element body over two sequences and a tensor; its arity checked", "[ops][sequence]") {
+  // body(a, b, t) -> a + b + t, element by element.
+  auto body = std::make_shared<Graph>();
+  body->name = "add3";
+  body->is_subgraph = true;
+  body->add_input("a", TensorType::unknown_shape(DType::Float32));
+  body->add_input("b", TensorType::unknown_shape(DType::Float32));
+  body->add_input("t", TensorType::unknown_shape(DType::Float32));
+  body->add_node("Add", {"a", "b"}, {"ab"});
+  body->add_node("Add", {"ab", "t"}, {"y"});
+  body->set_outputs({"y"});
+  GraphBuilder gb("seq_map", 17);
+  gb.graph().add_input("p", TensorType::sequence_of(DType::Float32));
+  gb.graph().add_input("q", TensorType::sequence_of(DType::Float32));
+  auto t = gb.input("t", DType::Float32, {1});
+  auto y = gb.op("SequenceMap", {"p", "q", t}, GraphBuilder::attrs({{"body", Attribute::make_graph(body)}}));
+  gb.output(y);
+  Model m = gb.finish();
+  REQUIRE(m.graph.type(y) == TensorType::sequence_of(DType::Float32));
+  const Tensor p = Tensor::sequence(DType::Float32, {f32({2}, {1, 2}), f32({1}, {3})});
+  const Tensor q = Tensor::sequence(DType::Float32, {f32({2}, {10, 20}), f32({1}, {30})});
+  auto res = run_reference(m.graph, {{"p", p}, {"q", q}, {"t", f32({1}, {100})}});
+  const auto& el = res.at(y).elements();
+  REQUIRE(el.size() == 2);
+  REQUIRE(values(el[0]) == std::vector<float>{111, 122});
+  REQUIRE(values(el[1]) == std::vector<float>{133});
+  const Tensor short_q = Tensor::sequence(DType::Float32, {f32({2}, {10, 20})});
+  REQUIRE_THROWS_WITH(run_reference(m.graph, {{"p", p}, {"q", short_q}, {"t", f32({1}, {100})}}),
+                      Catch::Contains("input 1 is a sequence of 1, input 0 of 2"));
+  // A node with two outputs on a one-output body: an error at inference, not a read past the
+  // body's outputs when the sequence is empty.
+  GraphBuilder gb2("seq_map_arity", 17);
+  gb2.graph().add_input("p", TensorType::sequence_of(DType::Float32));
+  gb2.graph().add_input("q", TensorType::sequence_of(DType::Float32));
+  auto t2 = gb2.input("t", DType::Float32, {1});
+  auto ys = gb2.op_n("SequenceMap", {"p", "q", t2}, 2, GraphBuilder::attrs({{"body", Attribute::make_graph(body)}}));
+  gb2.output(ys[0]);
+  REQUIRE_THROWS_WITH(gb2.finish(), Catch::Contains("body takes 3 inputs and gives 1 outputs; the node has 3 and 2"));
+  Node n = make_node("SequenceMap", {"p", "q", "t"}, {"y0", "y1"}, GraphBuilder::attrs({{"body", Attribute::make_graph(body)}}));
+  const Tensor empty = Tensor::sequence(DType::Float32, {}), one = f32({1}, {1});
+  SubgraphRunner never = [](const Graph&, const std::vector<Tensor>&) -> std::vector<Tensor> { FAIL("the body must not run"); return {}; };
+  REQUIRE_THROWS_WITH(run_node(n, 17, {&empty, &empty, &one}, never), Catch::Contains("body takes 3 inputs and gives 1 outputs"));
+}
+
+TEST_CASE("Kinds must agree: declared outputs, If branches, Identity and Optional* opsets", "[ops][sequence]") {
+  // A file that declares a sequence value a tensor: a Model error (a compiled target would
+  // otherwise plan a tensor buffer for it).
+  {
+    GraphBuilder gb("declared_tensor", 17);
+    auto x = gb.input("x", DType::Float32, {});
+    auto s = gb.op("SequenceConstruct", {x});
+    gb.output(s);
+    gb.graph().set_type(s, TensorType(DType::Float32, std::vector<Dim>{}));
+    REQUIRE_THROWS_WITH(gb.finish(), Catch::Contains("is declared float32[] but is seq(float32[?])"));
+  }
+  // Declared optional(tensor), found a tensor: the value fits.
+  {
+    GraphBuilder gb("declared_optional", 17);
+    auto x = gb.input("x", DType::Float32, {2});
+    auto y = gb.op("Identity", {x});
+    gb.output(y);
+    TensorType opt(DType::Float32, {2});
+    opt.kind = ValueKind::Optional;
+    gb.graph().set_type(y, opt);
+    Model m = gb.finish();
+    REQUIRE(m.graph.type(y).kind == ValueKind::Optional);
+  }
+  // If whose branches give a tensor and a sequence.
+  {
+    auto then_b = std::make_shared<Graph>();
+    then_b->is_subgraph = true;
+    then_b->declare_value("x", TensorType(DType::Float32, {2}));
+    then_b->add_node("Identity", {"x"}, {"t_out"});
+    then_b->set_outputs({"t_out"});
+    auto else_b = std::make_shared<Graph>();
+    else_b->is_subgraph = true;
+    else_b->declare_value("x", TensorType(DType::Float32, {2}));
+    else_b->add_node("SequenceConstruct", {"x"}, {"e_out"});
+    else_b->set_outputs({"e_out"});
+    GraphBuilder gb("if_kinds", 17);
+    auto x = gb.input("x", DType::Float32, {2});
+    auto c = gb.input("c", DType::Bool, {});
+    auto y = gb.op("If", {c}, GraphBuilder::attrs({{"then_branch", Attribute::make_graph(then_b)}, {"else_branch", Attribute::make_graph(else_b)}}));
+    gb.output(y);
+    REQUIRE(x == "x");
+    REQUIRE_THROWS_WITH(gb.finish(), Catch::Contains("output 0 is float32[2] in then_branch but seq(float32[?]) in else_branch"));
+  }
+  // Identity takes sequences from opset 14; OptionalHasElement a plain value from opset 18.
+  for (int64_t opset : {13, 14}) {
+    GraphBuilder gb("identity_seq", opset);
+    gb.graph().add_input("q", TensorType::sequence_of(DType::Float32));
+    gb.output(gb.op("Identity", {"q"}));
+    if (opset == 13) REQUIRE_THROWS_WITH(gb.finish(), Catch::Contains("takes seq(float32[?]) only from opset 14"));
+    else REQUIRE(run_reference(gb.finish().graph, {{"q", seq3()}}).begin()->second.equals(seq3()));
+  }
+  for (int64_t opset : {17, 18}) {
+    GraphBuilder gb("has_element", opset);
+    auto x = gb.input("x", DType::Float32, {1});
+    auto h = gb.op("OptionalHasElement", {x});
+    gb.output(h);
+    if (opset == 17) REQUIRE_THROWS_WITH(gb.finish(), Catch::Contains("takes an optional input before opset 18"));
+    else REQUIRE(run_reference(gb.finish().graph, {{"x", f32({1}, {1})}}).at(h).as_int(0) == 1);
+  }
+  // Optional(x) holds x: has an element, gives x back.
+  GraphBuilder gb("optional_of_x", 18);
+  auto x = gb.input("x", DType::Float32, {2});
+  auto o = gb.op("Optional", {x});
+  auto back = gb.op("OptionalGetElement", {o});
+  gb.output(o);
+  gb.output(back);
+  Model m = gb.finish();
+  REQUIRE(m.graph.type(o).str() == "optional(float32[2])");
+  REQUIRE(m.graph.type(back) == TensorType(DType::Float32, {2}));
+  auto res = run_reference(m.graph, {{"x", f32({2}, {5, 6})}});
+  REQUIRE(values(res.at(back)) == std::vector<float>{5, 6});
+  REQUIRE(res.at(o).is_tensor());
 }
