@@ -33,6 +33,21 @@ inline std::string first_difference(const TensorMap& want, const TensorMap& got,
     auto it = got.find(name);
     if (it == got.end()) return "output '" + name + "' is missing";
     const Tensor& g = it->second;
+    if (!w.is_tensor() || !g.is_tensor()) {
+      // A sequence or optional (reference target only): elements compared one by one.
+      if (w.is_none() || g.is_none() || w.is_sequence() != g.is_sequence() || w.is_tensor() != g.is_tensor()) {
+        if (w.is_none() && g.is_none()) continue;
+        return "output '" + name + "': " + w.kind_str() + " expected, " + g.kind_str() + " given";
+      }
+      if (w.elements().size() != g.elements().size()) return "output '" + name + "': " + w.kind_str() + " expected, " + g.kind_str() + " given";
+      TensorMap we, ge;
+      for (size_t k = 0; k < w.elements().size(); ++k) {
+        we[name + "[" + std::to_string(k) + "]"] = w.elements()[k];
+        ge[name + "[" + std::to_string(k) + "]"] = g.elements()[k];
+      }
+      if (std::string d = first_difference(we, ge, rtol, atol); !d.empty()) return d;
+      continue;
+    }
     if (g.dtype() != w.dtype() || g.shape() != w.shape())
       return "output '" + name + "': " + dtype_name(w.dtype()) + shape_str(w.shape()) + " expected, " + dtype_name(g.dtype()) +
              shape_str(g.shape()) + " given";
