@@ -336,9 +336,7 @@ Tensor load_value_pb(const std::string& path, const TensorType& want) {
     return from_sequence_proto(sp, path, base, want.dtype);
   }
   onnx::OptionalProto op;
-  if (bytes.size() > size_t(INT_MAX) || !op.ParseFromString(bytes))
-    fail(ErrorKind::Invalid, "not a serialized onnx.OptionalProto (the input is " + want.str() + ")", in_file(path));
-  if (!op.unknown_fields().empty())
+  if (bytes.size() > size_t(INT_MAX) || !op.ParseFromString(bytes) || !op.unknown_fields().empty())
     fail(ErrorKind::Invalid, "not a serialized onnx.OptionalProto (the input is " + want.str() + ")", in_file(path));
   if (op.has_tensor_value()) return onnx_tensor::from_proto(op.tensor_value(), "in '" + path + "'", {path, base});
   if (op.has_sequence_value()) return from_sequence_proto(op.sequence_value(), path, base, want.dtype);

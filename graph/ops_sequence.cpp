@@ -3,10 +3,9 @@
 // is a Tensor::sequence (its elements are tensors of one element type), an optional holding a
 // value is that value and an empty one Tensor::none(). These run in the reference interpreter
 // (and so inside If/Loop bodies); the compiled targets take tensors only (lower_module says so).
-#include <cstring>
-
 #include "graph/onnx_tensor.h"
 #include "graph/ops_common.h"
+#include "graph/ops_tensor_util.h"
 
 namespace nnfuse {
 
@@ -37,29 +36,11 @@ int64_t position(const KernelContext& c, size_t i, int64_t n, int64_t lo, int64_
   return k;
 }
 
-TensorType sequence_type(DType elem) { return TensorType::sequence_of(elem); }
-
 TensorType sequence_input_type(const InferContext& c, size_t i) {
   const TensorType& t = c.input(i);
   if (t.kind != ValueKind::Sequence && !(t.is_tensor() && t.dtype == DType::Undefined))
     c.error("input " + std::to_string(i) + " must be a sequence, got " + t.str());
-  return sequence_type(t.dtype);
-}
-
-// Element `k` of size `len` along `axis` of `t` (the axis kept).
-Tensor slice_block(const Tensor& t, int64_t axis, int64_t start, int64_t len) {
-  Shape s = t.shape();
-  int64_t outer = 1, inner = int64_t(dtype_size(t.dtype()));
-  for (int64_t d = 0; d < axis; ++d) outer *= s[size_t(d)];
-  for (size_t d = size_t(axis) + 1; d < s.size(); ++d) inner *= s[d];
-  const int64_t dim = s[size_t(axis)];
-  s[size_t(axis)] = len;
-  Tensor out(t.dtype(), s);
-  const char* src = static_cast<const char*>(t.raw());
-  char* dst = static_cast<char*>(out.raw());
-  for (int64_t o = 0; o < outer && len > 0 && inner > 0; ++o)
-    std::memcpy(dst + o * len * inner, src + (o * dim + start) * inner, size_t(len * inner));
-  return out;
+  return TensorType::sequence_of(t.dtype);
 }
 
 std::vector<Tensor> split_to_sequence(const KernelContext& c) {
@@ -92,18 +73,13 @@ std::vector<Tensor> split_to_sequence(const KernelContext& c) {
         c.error("split sizes add up to " + std::to_string(total) + ", the axis " + std::to_string(axis) + " has " + std::to_string(dim));
     }
   }
-  std::vector<Tensor> parts;
-  int64_t at = 0;
-  for (int64_t len : sizes) {
-    Tensor p = slice_block(x, axis, at, len);
-    at += len;
-    if (squeeze) {
+  std::vector<Tensor> parts = tensor_ops::split_along(c, x, axis, sizes);
+  if (squeeze)
+    for (Tensor& p : parts) {
       Shape s = p.shape();
       s.erase(s.begin() + axis);
       p = p.reshaped(s);
     }
-    parts.push_back(std::move(p));
-  }
   return {Tensor::sequence(x.dtype(), std::move(parts))};
 }
 
@@ -118,34 +94,24 @@ std::vector<Tensor> concat_from_sequence(const KernelContext& c) {
   const int64_t rank = int64_t(s0.size()) + (new_axis ? 1 : 0);
   if (rank == 0) c.error("cannot concatenate scalars without new_axis=1");
   const int64_t axis = normalize_axis(*ax, rank, c.node);
-  Shape out_shape = s0;
-  if (new_axis) out_shape.insert(out_shape.begin() + axis, 0);
-  int64_t total = 0;
-  for (size_t i = 0; i < el.size(); ++i) {
-    Shape s = el[i].shape();
+  // Stacking is concatenating the elements each with a 1 inserted at the axis (a view).
+  auto placed = [&](const Shape& shape) {
+    Shape s = shape;
     if (new_axis) s.insert(s.begin() + axis, 1);
-    if (s.size() != out_shape.size()) c.error("element " + std::to_string(i) + " has shape " + shape_str(el[i].shape()) + ", element 0 " + shape_str(s0));
+    return s;
+  };
+  const Shape first = placed(s0);
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < el.size(); ++i) {
+    const Shape s = placed(el[i].shape());
+    if (s.size() != first.size()) c.error("element " + std::to_string(i) + " has shape " + shape_str(el[i].shape()) + ", element 0 " + shape_str(s0));
     for (size_t d = 0; d < s.size(); ++d)
-      if (int64_t(d) != axis && s[d] != out_shape[d])
+      if (int64_t(d) != axis && s[d] != first[d])
         c.error("element " + std::to_string(i) + " has shape " + shape_str(el[i].shape()) + ", which does not match element 0's " +
                 shape_str(s0) + " off the axis " + std::to_string(axis));
-    total += s[size_t(axis)];
+    parts.push_back(new_axis ? el[i].reshaped(s) : el[i]);
   }
-  out_shape[size_t(axis)] = total;
-  Tensor out(seq.dtype(), out_shape);
-  int64_t outer = 1, inner = int64_t(dtype_size(seq.dtype()));
-  for (int64_t d = 0; d < axis; ++d) outer *= out_shape[size_t(d)];
-  for (size_t d = size_t(axis) + 1; d < out_shape.size(); ++d) inner *= out_shape[d];
-  char* dst = static_cast<char*>(out.raw());
-  int64_t at = 0;
-  for (auto& e : el) {
-    const int64_t len = new_axis ? 1 : e.shape()[size_t(axis)];
-    const char* src = static_cast<const char*>(e.raw());
-    for (int64_t o = 0; o < outer && len > 0 && inner > 0; ++o)
-      std::memcpy(dst + (o * total + at) * inner, src + o * len * inner, size_t(len * inner));
-    at += len;
-  }
-  return {out};
+  return {tensor_ops::concat_along(c, parts, axis)};
 }
 
 // SequenceMap: the body runs once per element of the first input; every other sequence input
@@ -207,8 +173,10 @@ OpSchema sequence_schema(const char* name, int since, int min_in, int max_in) {
   return s;
 }
 
-DType dtype_attr(const InferContext& c, DType dflt) {
-  const int64_t v = c.node.attrs.get_int("dtype", int64_t(dflt));
+// SequenceEmpty's element type (float32 by default); `error` is the caller's (infer or kernel).
+template <class Ctx>
+DType empty_sequence_dtype(const Ctx& c) {
+  const int64_t v = c.node.attrs.get_int("dtype", int64_t(DType::Float32));
   if (!onnx_tensor::dtype_supported(int32_t(v))) c.error("dtype " + std::to_string(v) + " is not a supported element type");
   return DType(v);
 }
@@ -218,12 +186,8 @@ DType dtype_attr(const InferContext& c, DType dflt) {
 void register_sequence_ops(OpRegistry& r) {
   {
     OpSchema s = sequence_schema("SequenceEmpty", 11, 0, 0);
-    s.infer = [](const InferContext& c) { return infer_one(sequence_type(dtype_attr(c, DType::Float32))); };
-    s.kernel = [](const KernelContext& c) {
-      const int64_t v = c.node.attrs.get_int("dtype", int64_t(DType::Float32));
-      if (!onnx_tensor::dtype_supported(int32_t(v))) c.error("dtype " + std::to_string(v) + " is not a supported element type");
-      return std::vector<Tensor>{Tensor::sequence(DType(v), {})};
-    };
+    s.infer = [](const InferContext& c) { return infer_one(TensorType::sequence_of(empty_sequence_dtype(c))); };
+    s.kernel = [](const KernelContext& c) { return std::vector<Tensor>{Tensor::sequence(empty_sequence_dtype(c), {})}; };
     r.add(std::move(s));
   }
   {
@@ -237,7 +201,7 @@ void register_sequence_ops(OpRegistry& r) {
           c.error("input " + std::to_string(i) + " is " + dtype_name(t.dtype) + ", input 0 " + dtype_name(dt));
         if (dt == DType::Undefined) dt = t.dtype;
       }
-      return infer_one(sequence_type(dt));
+      return infer_one(TensorType::sequence_of(dt));
     };
     s.kernel = [](const KernelContext& c) {
       std::vector<Tensor> el;
@@ -314,7 +278,7 @@ void register_sequence_ops(OpRegistry& r) {
     OpSchema s = sequence_schema("SplitToSequence", 11, 1, 2);
     s.infer = [](const InferContext& c) {
       if (!c.input(0).is_tensor()) c.error("input 0 must be a tensor, got " + c.input(0).str());
-      return infer_one(sequence_type(c.input(0).dtype));
+      return infer_one(TensorType::sequence_of(c.input(0).dtype));
     };
     s.kernel = split_to_sequence;
     r.add(std::move(s));
@@ -340,7 +304,7 @@ void register_sequence_ops(OpRegistry& r) {
       for (size_t k = 0; k < c.node.outputs.size(); ++k) {
         DType dt = DType::Undefined;
         if (k < a->g->outputs().size() && a->g->has_value(a->g->outputs()[k])) dt = a->g->type(a->g->outputs()[k]).dtype;
-        r.outputs.push_back(sequence_type(dt));
+        r.outputs.push_back(TensorType::sequence_of(dt));
       }
       return r;
     };

@@ -121,14 +121,21 @@ InferResult infer_concat(const InferContext& c) {
 }
 
 std::vector<Tensor> kernel_concat(const KernelContext& c) {
-  const Tensor* first = &c.input(0);
-  int64_t rank = first->rank();
+  const int64_t rank = c.input(0).rank();
   if (rank == 0) c.error("Concat: inputs must have rank >= 1");
-  int64_t axis = normalize_axis(c.node.attrs.get_int("axis", 1), rank, c.node);
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < c.num_inputs(); ++i) parts.push_back(c.input(i));
+  return {concat_along(c, parts, normalize_axis(c.node.attrs.get_int("axis", 1), rank, c.node))};
+}
+
+}  // namespace
+
+Tensor concat_along(const KernelContext& c, const std::vector<Tensor>& parts, int64_t axis) {
+  const Tensor* first = &parts[0];
+  const int64_t rank = first->rank();
   Shape out = first->shape();
   out[size_t(axis)] = 0;
-  for (size_t i = 0; i < c.num_inputs(); ++i) {
-    const Tensor& t = c.input(i);
+  for (const Tensor& t : parts) {
     if (t.dtype() != first->dtype()) c.error("Concat: inputs mix dtypes");
     bool ok = t.rank() == rank;
     for (int64_t d = 0; ok && d < rank; ++d) ok = d == axis || t.dim(d) == first->dim(d);
@@ -143,16 +150,40 @@ std::vector<Tensor> kernel_concat(const KernelContext& c) {
   const int64_t out_row = out[size_t(axis)] * inner * int64_t(esz);
   int64_t col = 0;
   auto* dst = static_cast<char*>(y.raw());
-  for (size_t i = 0; i < c.num_inputs(); ++i) {
-    const Tensor& t = c.input(i);
+  for (const Tensor& t : parts) {
     const int64_t row = t.dim(axis) * inner * int64_t(esz);
     auto* src = static_cast<const char*>(t.raw());
     if (row > 0)
       for (int64_t o = 0; o < outer; ++o) std::memcpy(dst + o * out_row + col, src + o * row, size_t(row));
     col += row;
   }
-  return {y};
+  return y;
 }
+
+std::vector<Tensor> split_along(const KernelContext& c, const Tensor& x, int64_t axis, const std::vector<int64_t>& sizes) {
+  size_t esz = elem_size(c, x);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
+  const int64_t in_row = x.dim(axis) * inner * int64_t(esz);
+  std::vector<Tensor> outs;
+  int64_t col = 0;
+  auto* src = static_cast<const char*>(x.raw());
+  for (int64_t s : sizes) {
+    Shape o = x.shape();
+    o[size_t(axis)] = s;
+    Tensor y(x.dtype(), o);
+    const int64_t row = s * inner * int64_t(esz);
+    auto* dst = static_cast<char*>(y.raw());
+    if (row > 0)
+      for (int64_t k = 0; k < outer; ++k) std::memcpy(dst + k * row, src + k * in_row + col, size_t(row));
+    col += row;
+    outs.push_back(y);
+  }
+  return outs;
+}
+
+namespace {
 
 // ---------------------------------------------------------------- Split
 // Sizes of the parts along the axis; nullopt when they depend on unknown data.
@@ -229,26 +260,7 @@ std::vector<Tensor> kernel_split(const KernelContext& c) {
   bool present = c.opset >= 13 && c.has_input(1);
   if (present) split_in = c.input(1).to_int_vector();
   auto sizes = *split_sizes(c.node, c.opset, x.dim(axis), split_in, present, [&](const std::string& m) { c.error(m); });
-  size_t esz = elem_size(c, x);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
-  const int64_t in_row = x.dim(axis) * inner * int64_t(esz);
-  std::vector<Tensor> outs;
-  int64_t col = 0;
-  auto* src = static_cast<const char*>(x.raw());
-  for (int64_t s : sizes) {
-    Shape o = x.shape();
-    o[size_t(axis)] = s;
-    Tensor y(x.dtype(), o);
-    const int64_t row = s * inner * int64_t(esz);
-    auto* dst = static_cast<char*>(y.raw());
-    if (row > 0)
-      for (int64_t k = 0; k < outer; ++k) std::memcpy(dst + k * row, src + k * in_row + col, size_t(row));
-    col += row;
-    outs.push_back(y);
-  }
-  return outs;
+  return split_along(c, x, axis, sizes);
 }
 
 // ---------------------------------------------------------------- Slice

@@ -58,6 +58,11 @@ inline void copy_elem(void* dst, const void* src, size_t esz) {
 
 // Requires a data-movement-capable dtype (any with a byte size), erroring through the kernel.
 size_t elem_size(const KernelContext& c, const Tensor& t);
+// Concat's kernel on a list of tensors (Concat, ConcatFromSequence): one dtype, equal dims off
+// `axis` (already normalized), else c.error naming the shapes.
+Tensor concat_along(const KernelContext& c, const std::vector<Tensor>& parts, int64_t axis);
+// Split's kernel: x cut along `axis` into parts of `sizes` (Split, SplitToSequence).
+std::vector<Tensor> split_along(const KernelContext& c, const Tensor& x, int64_t axis, const std::vector<int64_t>& sizes);
 // Index value i of an int32/int64 tensor.
 int64_t index_at(const Tensor& t, int64_t i);
 void require_index_dtype(const InferContext& c, size_t i, const char* what);

@@ -370,10 +370,7 @@ def _pb_name(path: str) -> str:
     from onnx import TensorProto
 
     t = TensorProto()
-    try:
-        t.ParseFromString(Path(path).read_bytes())
-    except Exception:  # a SequenceProto or OptionalProto (inputs go by position then)
-        return ""
+    t.ParseFromString(Path(path).read_bytes())
     return t.name
 
 
